@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Run both suites: the notebooks (nbdev_test, skipping cells flagged slow) and tests/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/nbdev_test --n_workers 2
+.venv/bin/python -m pytest -q -p no:cacheprovider tests
