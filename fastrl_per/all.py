@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb
+# %% ../nbs/99_all.ipynb #dfe91445
 from .core import *
 from .pipes import *
 from .envs import *
