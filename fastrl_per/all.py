@@ -5,12 +5,19 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #dfe91445
+# %% ../nbs/99_all.ipynb #b9b2a452
 from .core import *
 from .pipes import *
 from .envs import *
 from .memory import *
-from . import core, pipes, envs, memory
+from .sumtree import *
+from .per import *
+from .learner import *
+from .train import *
+from .recurrent import *
+from .sequence import *
+from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in (core, pipes, envs, memory) for name in module.__all__]
+__all__ = [name for module in ('core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence')
+           for name in import_module(f'fastrl_per.{module}').__all__]
