@@ -5,10 +5,10 @@
 # %% auto #0
 __all__ = ['SumTree']
 
-# %% ../nbs/04_sumtree.ipynb #92e25a9a
+# %% ../nbs/04_sumtree.ipynb #228df523
 import numpy as np
 
-# %% ../nbs/04_sumtree.ipynb #235a572e
+# %% ../nbs/04_sumtree.ipynb #d06e56f7
 class SumTree:
     "Binary tree of partial sums over `capacity` non-negative leaves, updated and searched in batches."
     cut_bits = 10  # the levels above the cut (at most 2**cut_bits nodes) are kept as one running sum
@@ -51,7 +51,7 @@ class SumTree:
         "Smallest positive leaf; `inf` when no leaf is positive (leaves holding 0 never count)."
         return float(self._cut_level(self._min).min())
 
-# %% ../nbs/04_sumtree.ipynb #c928286a
+# %% ../nbs/04_sumtree.ipynb #83ded533
 from fastcore.basics import patch
 
 @patch
@@ -94,7 +94,7 @@ def _rebuild(self:SumTree):
         S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
         M[lo:hi] = np.minimum(M[2*lo:2*hi:2], M[2*lo+1:2*hi:2])
 
-# %% ../nbs/04_sumtree.ipynb #c79585e4
+# %% ../nbs/04_sumtree.ipynb #bffb43b3
 @patch
 def _descend(self:SumTree, node, u, guard=False):
     "Leaf reached from each cut-level `node` with offset `u` inside it; `guard` never enters an empty right subtree."
@@ -128,7 +128,7 @@ def find(self:SumTree,
     if stray.any(): idxs[stray] = self._descend(node[stray], u[stray], guard=True)
     return idxs
 
-# %% ../nbs/04_sumtree.ipynb #4ba9b229
+# %% ../nbs/04_sumtree.ipynb #a5d1dd9a
 @patch
 def state_dict(self:SumTree):
     "The capacity and a copy of the leaves."
