@@ -29,7 +29,7 @@ def run(args):
                 solved_at = row['frame']
                 break
     cpu = time.process_time() - start
-    greedy = float(np.mean(greedy_returns(learner.model, 'CartPole-v1', episodes=10, seed=100_000 + seed)))
+    greedy = float(np.mean(greedy_returns(learner.agent, 'CartPole-v1', episodes=10, seed=100_000 + seed)))
     return dict(replay=replay, seed=seed, solved_at=solved_at, greedy=greedy, frames=learner.episodes.frames,
                 cpu_per_1k=1000 * cpu / learner.episodes.frames)
 

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_all.ipynb #b9b2a452
+# %% ../nbs/99_all.ipynb #bb0e6ceb
 from .core import *
 from .pipes import *
 from .envs import *
@@ -16,8 +16,9 @@ from .learner import *
 from .train import *
 from .recurrent import *
 from .sequence import *
+from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence')
+__all__ = [name for module in ('core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]
