@@ -5,10 +5,10 @@
 # %% auto #0
 __all__ = ['SumTree']
 
-# %% ../nbs/04_sumtree.ipynb #228df523
+# %% ../nbs/04_sumtree.ipynb #65148d8e
 import numpy as np
 
-# %% ../nbs/04_sumtree.ipynb #d06e56f7
+# %% ../nbs/04_sumtree.ipynb #e0a1b70d
 class SumTree:
     "Binary tree of partial sums over `capacity` non-negative leaves, updated and searched in batches."
     cut_bits = 10  # the levels above the cut (at most 2**cut_bits nodes) are kept as one running sum
@@ -51,7 +51,7 @@ class SumTree:
         "Smallest positive leaf; `inf` when no leaf is positive (leaves holding 0 never count)."
         return float(self._cut_level(self._min).min())
 
-# %% ../nbs/04_sumtree.ipynb #83ded533
+# %% ../nbs/04_sumtree.ipynb #81d885ce
 from fastcore.basics import patch
 
 @patch
@@ -86,6 +86,26 @@ def update(self:SumTree,
         M[i] = np.minimum(M_left[i], M_right[i])
 
 @patch
+def set_range(self:SumTree,
+              start:int, # first leaf
+              values): # new values of leaves start, start+1, ...: finite and >= 0
+    "Set a run of consecutive leaves, recomputing the nodes above with one slice per level."
+    values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    if not len(values): return
+    if not 0 <= start <= start + len(values) <= self.capacity:
+        raise ValueError(f"leaves {start}..{start + len(values) - 1} are outside [0, {self.capacity})")
+    if not (values.min() >= 0 and values.max() < np.inf):
+        raise ValueError(f"leaf values must be finite and >= 0, got {values[~(np.isfinite(values) & (values >= 0))][0]}")
+    S, M = self._sum, self._min
+    lo, hi = start + self._n, start + len(values) + self._n
+    S[lo:hi], M[lo:hi] = values, np.where(values > 0, values, np.inf)
+    for _ in range(self._depth - self._cut):
+        lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
+        S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
+        M[lo:hi] = np.minimum(M[2*lo:2*hi:2], M[2*lo+1:2*hi:2])
+    self._starts = None
+
+@patch
 def _rebuild(self:SumTree):
     "Recompute every stored inner node from its children, one slice per level."
     S, M = self._sum, self._min
@@ -94,7 +114,7 @@ def _rebuild(self:SumTree):
         S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
         M[lo:hi] = np.minimum(M[2*lo:2*hi:2], M[2*lo+1:2*hi:2])
 
-# %% ../nbs/04_sumtree.ipynb #bffb43b3
+# %% ../nbs/04_sumtree.ipynb #b3e02202
 @patch
 def _descend(self:SumTree, node, u, guard=False):
     "Leaf reached from each cut-level `node` with offset `u` inside it; `guard` never enters an empty right subtree."
@@ -128,7 +148,7 @@ def find(self:SumTree,
     if stray.any(): idxs[stray] = self._descend(node[stray], u[stray], guard=True)
     return idxs
 
-# %% ../nbs/04_sumtree.ipynb #a5d1dd9a
+# %% ../nbs/04_sumtree.ipynb #4af13ed3
 @patch
 def state_dict(self:SumTree):
     "The capacity and a copy of the leaves."

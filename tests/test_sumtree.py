@@ -173,3 +173,18 @@ def test_walk_and_rebuild_give_the_same_bits():
         walked.update(chunk, leaves[chunk])
     rebuilt.update(np.arange(3000), leaves)
     assert np.array_equal(walked._sum, rebuilt._sum) and np.array_equal(walked._min, rebuilt._min)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.integers(1, 70), st.data())
+def test_set_range_matches_update(capacity, data):
+    "Writing a run of leaves with set_range leaves the same tree as update with their indices."
+    start = data.draw(st.integers(0, capacity - 1))
+    values = data.draw(st.lists(st.floats(0, 1e3), min_size=0, max_size=capacity - start))
+    by_range, by_update = SumTree(capacity), SumTree(capacity)
+    for tree in (by_range, by_update): tree.update(np.arange(capacity), np.ones(capacity))
+    by_range.set_range(start, values)
+    by_update.update(np.arange(start, start + len(values)), values)
+    assert np.array_equal(by_range._sum, by_update._sum)
+    assert np.array_equal(by_range._min, by_update._min)
+    assert by_range.total == by_update.total

@@ -1,0 +1,417 @@
+#!/usr/bin/env python
+"""Speed and memory of `fastrl_per`'s `PrioritizedReplayBuffer` next to three other prioritized buffers.
+
+Run from the repository root:
+
+    python benchmarks/per_speed.py                 # N = 2**20, the issue's setting (about half a minute)
+    python benchmarks/per_speed.py --quick         # smoke run at N = 2**14
+
+In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
+
+- per-step add (one transition a call), a 1,000-step batch add,
+- a sample of 256 and of 1,024 with importance weights,
+- an update of 256 priorities, and a learner step (sample 256, then update those 256),
+
+for
+
+- (a) **ours**: `fastrl_per.per.PrioritizedReplayBuffer`, fed `SimpleStep`s (all ten fields:
+  the CartPole ones plus our bookkeeping fields);
+- (b) **cpprb**: `cpprb.PrioritizedReplayBuffer` (C++ segment tree, 5 fields), if installed. It is a
+  benchmark-only package, not a project dependency: `pip install --no-deps cpprb`;
+- (c) **plain-Python**: numpy columns with sum and min segment trees kept as Python lists and
+  updated/searched one element at a time in Python loops, the design of the seed notebook
+  (`shared/seeds/per_dqn_cartpole_notebook.txt`), written anew here. Its total is the root, so it
+  covers every slot including the last. Building its trees one element at a time at N = 2**20 would
+  take minutes, so they are built by a fast path (numpy, level by level, then `.tolist()`); only the
+  operations are timed, and these all run the per-element Python loops;
+- (d) **np.random.choice**: no tree at all: `np.random.choice(N, bs, p=p**alpha / sum)` over the whole
+  priority array, the same weight formula, a gather of the 5 CartPole columns; an update is a plain
+  array assignment. It has no add.
+
+The machine this runs on is shared and noisy, so every operation is timed in `--repeats` rounds.
+In each round every implementation runs the same operation back to back (the order rotates
+between rounds), and each ratio is taken within a round and reported as the median over
+rounds, with its range. Times are medians too. Garbage collection is off while timing.
+
+It also reports the bytes per stored transition that ours holds, and checks the result against
+the issue's goals.
+"""
+from __future__ import annotations
+import argparse, gc, math, os, platform, random, shlex, statistics, sys, time, tracemalloc
+
+import numpy as np
+import torch
+
+ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
+OPS = ['per-step add', '1,000-step batch add', 'sample 256 (+weights)', 'sample 1,024 (+weights)',
+       'update 256 priorities', 'learner step (sample 256 + update 256)']
+IMPLS = ['ours', 'cpprb', 'plain-Python', 'np.random.choice']
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) the plain-Python segment-tree buffer
+# ---------------------------------------------------------------------------------------------
+class PlainPythonPER:
+    "Numpy columns; sum and min segment trees as Python lists, set and searched per element in Python."
+    def __init__(self, size, alpha=ALPHA, eps=EPS, seed=0):
+        cap = 1
+        while cap < size: cap *= 2
+        self.size, self.cap, self.alpha, self.eps = size, cap, alpha, eps
+        self.sum_tree, self.min_tree = [0.0] * (2 * cap), [math.inf] * (2 * cap)  # node i: children 2i, 2i+1
+        self.obs, self.next_obs = np.zeros((size, 4), np.float32), np.zeros((size, 4), np.float32)
+        self.act, self.rew, self.done = np.zeros(size, np.int64), np.zeros(size, np.float32), np.zeros(size, bool)
+        self.ptr = self.len = 0
+        self.max_priority = 1.0
+        self.random = random.Random(seed)
+
+    def _set(self, i, value):
+        "Set leaf `i` in both trees and recompute its ancestors, one level at a time."
+        s, m = self.sum_tree, self.min_tree
+        i += self.cap
+        s[i] = m[i] = value
+        i >>= 1
+        while i:
+            left = 2 * i
+            s[i] = s[left] + s[left + 1]
+            m[i] = min(m[left], m[left + 1])
+            i >>= 1
+
+    def _retrieve(self, u):
+        "The leaf whose prefix-sum interval holds `u`; never steps into an empty right subtree."
+        s, i = self.sum_tree, 1
+        while i < self.cap:
+            left = 2 * i
+            if s[left] > u or s[left + 1] <= 0: i = left
+            else: u -= s[left]; i = left + 1
+        return i - self.cap
+
+    def build(self, obs, act, rew, next_obs, done, leaves):
+        "Fast path for the benchmark's fill: columns by slice, trees by numpy level sums, then `.tolist()`."
+        n = len(leaves)
+        self.obs[:n], self.act[:n], self.rew[:n], self.next_obs[:n], self.done[:n] = obs, act, rew, next_obs, done
+        s, m = np.zeros(2 * self.cap), np.full(2 * self.cap, math.inf)
+        s[self.cap:self.cap + n] = m[self.cap:self.cap + n] = leaves
+        lo = self.cap
+        while lo > 1:
+            lo //= 2
+            s[lo:2 * lo] = s[2 * lo:4 * lo:2] + s[2 * lo + 1:4 * lo:2]
+            m[lo:2 * lo] = np.minimum(m[2 * lo:4 * lo:2], m[2 * lo + 1:4 * lo:2])
+        self.sum_tree, self.min_tree = s.tolist(), m.tolist()
+        self.ptr, self.len = n % self.size, n
+
+    def store(self, obs, act, rew, next_obs, done):
+        p = self.ptr
+        self.obs[p], self.act[p], self.rew[p], self.next_obs[p], self.done[p] = obs, act, rew, next_obs, done
+        self._set(p, self.max_priority ** self.alpha)
+        self.ptr, self.len = (p + 1) % self.size, min(self.len + 1, self.size)
+
+    def sample(self, bs, beta=BETA):
+        total, n = self.sum_tree[1], self.len
+        segment = total / bs
+        max_weight = (self.min_tree[1] / total * n) ** -beta
+        idxs, weights = [], []
+        for k in range(bs):
+            i = self._retrieve(self.random.uniform(segment * k, segment * (k + 1)))
+            idxs.append(i)
+            weights.append((self.sum_tree[i + self.cap] / total * n) ** -beta / max_weight)
+        idxs = np.array(idxs)
+        return dict(obs=self.obs[idxs], act=self.act[idxs], rew=self.rew[idxs], next_obs=self.next_obs[idxs],
+                    done=self.done[idxs], weights=np.array(weights, np.float32), indexes=idxs)
+
+    def update_priorities(self, idxs, td):
+        for i, d in zip(np.asarray(idxs).tolist(), np.asarray(td).tolist()):
+            p = d + self.eps
+            self._set(i, p ** self.alpha)
+            if p > self.max_priority: self.max_priority = p
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) np.random.choice over the whole priority array
+# ---------------------------------------------------------------------------------------------
+class ChoicePER:
+    "No tree: `np.random.choice` with `p = p**alpha / sum` on every sample; an update is an array assignment."
+    def __init__(self, size, alpha=ALPHA, eps=EPS, seed=0):
+        self.size, self.alpha, self.eps, self.rs = size, alpha, eps, np.random.RandomState(seed)
+        self.pa = np.zeros(size)  # p ** alpha
+
+    def build(self, obs, act, rew, next_obs, done, leaves):
+        self.obs, self.act, self.rew, self.next_obs, self.done = obs, act, rew, next_obs, done  # shared, read-only
+        self.pa[:len(leaves)] = leaves
+
+    def sample(self, bs, beta=BETA):
+        probs = self.pa / self.pa.sum()
+        idxs = self.rs.choice(self.size, bs, p=probs)
+        weights = (self.size * probs[idxs]) ** -beta / (self.size * probs.min()) ** -beta
+        return dict(obs=self.obs[idxs], act=self.act[idxs], rew=self.rew[idxs], next_obs=self.next_obs[idxs],
+                    done=self.done[idxs], weights=weights.astype(np.float32), indexes=idxs)
+
+    def update_priorities(self, idxs, td): self.pa[idxs] = (td + self.eps) ** self.alpha
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring
+# ---------------------------------------------------------------------------------------------
+def rss_bytes():
+    "Resident set size of this process (Linux), or None."
+    try:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith('VmRSS:'): return int(line.split()[1]) * 1024
+    except OSError: return None
+
+def per_call(fn, number):
+    "Seconds per call of `fn(i)` for i in range(number), garbage collector off."
+    was = gc.isenabled(); gc.disable()
+    try:
+        t0 = time.perf_counter()
+        for i in range(number): fn(i)
+        return (time.perf_counter() - t0) / number
+    finally:
+        if was: gc.enable()
+
+def calibrate(fn, target_s, max_number):
+    "Calls per timing so that one timing lasts about `target_s` (after two warm-up calls)."
+    fn(0); t = per_call(fn, 2)
+    return max(1, min(max_number, int(target_s / max(t, 1e-9))))
+
+def fmt_us(s): return '—' if s is None else (f'{s * 1e6:,.1f}' if s < 1e-3 else f'{s * 1e6:,.0f}')
+def fmt_x(r): return '—' if r is None else (f'{r:.3g}×' if r < 100 else f'{r:,.0f}×')
+def med_range(rs):
+    if not rs: return None, '—'
+    m = statistics.median(rs)
+    return m, f'{fmt_x(m)} [{fmt_x(min(rs))}–{fmt_x(max(rs))}]'
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--n', type=int, default=2 ** 20, help='transitions stored (buffer capacity), default 2**20')
+    ap.add_argument('--repeats', type=int, default=11, help='timing rounds per operation (median reported)')
+    ap.add_argument('--target-ms', type=float, default=80., help='about how long one timing of one implementation lasts')
+    ap.add_argument('--quick', action='store_true', help='smoke run: N=2**14, 3 repeats, short timings')
+    ap.add_argument('--seed', type=int, default=0)
+    ap.add_argument('--cpprb-check-for-update', action='store_true',
+                    help="build cpprb with check_for_update=True: it then drops stale priority updates, as ours always does")
+    args = ap.parse_args(argv)
+    if args.quick: args.n, args.repeats, args.target_ms = min(args.n, 2 ** 14), 3, 5.
+    N, target = args.n, args.target_ms / 1e3
+    t_start = time.perf_counter()
+
+    print(f'command: `{shlex.join(sys.orig_argv)}`  (cwd {os.getcwd()})')
+    print(f'python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, '
+          f'{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}')
+
+    from fastrl_per.core import SimpleStep, STEP_FIELDS
+    from fastrl_per.per import PrioritizedReplayBuffer
+    try:
+        import cpprb
+        cpprb_version, cpprb_skip = getattr(cpprb, '__version__', None), None
+        if cpprb_version is None:
+            from importlib.metadata import version; cpprb_version = version('cpprb')
+    except Exception as e:  # not installed, or built for another numpy
+        cpprb, cpprb_skip = None, f'cpprb not importable ({type(e).__name__}: {e}); pip install --no-deps cpprb'
+    print(f'cpprb {cpprb_version}, check_for_update={args.cpprb_check_for_update}' if cpprb else f'cpprb: SKIPPED, {cpprb_skip}')
+    print(f'N = {N:,} transitions, alpha = {ALPHA}, beta = {BETA}, eps = {EPS}, repeats = {args.repeats}, '
+          f'~{args.target_ms:g} ms per timing\n')
+
+    # --- the data: one set of CartPole-like transitions and |td| errors shared by every implementation
+    rng = np.random.default_rng(args.seed)
+    obs = rng.standard_normal((N, 4), dtype=np.float32)
+    next_obs = rng.standard_normal((N, 4), dtype=np.float32)
+    act = rng.integers(0, 2, N).astype(np.int64)
+    rew = np.ones(N, np.float32)
+    done = rng.random(N) < 0.05
+    td0 = rng.exponential(1.0, N)                  # initial |td| for every slot: a non-uniform distribution
+    leaves = (td0 + EPS) ** ALPHA
+
+    def step_batch(lo, hi):
+        "Slots lo..hi-1 as one SimpleStep batch with all ten fields."
+        k = hi - lo
+        return SimpleStep(state=torch.from_numpy(obs[lo:hi]), action=torch.from_numpy(act[lo:hi]),
+                          next_state=torch.from_numpy(next_obs[lo:hi]), terminated=torch.from_numpy(done[lo:hi]),
+                          truncated=torch.zeros(k, dtype=torch.bool), reward=torch.from_numpy(rew[lo:hi]),
+                          total_reward=torch.from_numpy(rew[lo:hi]), env_id=torch.zeros(k, dtype=torch.int64),
+                          step_n=torch.arange(lo, hi), episode_n=torch.zeros(k, dtype=torch.int64))
+
+    # --- (a) ours: build and fill, measuring memory as we go
+    gc.collect()
+    rss0 = rss_bytes(); tracemalloc.start()
+    ours = PrioritizedReplayBuffer(max_sz=N, bs=256, alpha=ALPHA, beta=BETA, eps=EPS, seed=args.seed)
+    chunk = min(N, 2 ** 16)
+    for lo in range(0, N, chunk): ours.add(step_batch(lo, min(N, lo + chunk)))
+    ours.update_priorities(np.arange(N), td0)     # never-sampled slots: every update applies
+    traced, traced_peak = tracemalloc.get_traced_memory(); tracemalloc.stop()
+    rss_ours = None if rss0 is None else rss_bytes() - rss0
+    assert len(ours) == N and math.isclose(ours.tree.total, leaves.sum(), rel_tol=1e-9)
+
+    # --- (b) cpprb
+    impl = {'ours': ours}
+    skip = {'cpprb': cpprb_skip, 'plain-Python': None, 'np.random.choice': None}
+    rss_other = {}
+    if cpprb is not None:
+        r0 = rss_bytes()
+        cp = cpprb.PrioritizedReplayBuffer(N, env_dict={'obs': {'shape': 4}, 'act': {'dtype': np.int64}, 'rew': {},
+                                                        'next_obs': {'shape': 4}, 'done': {}}, alpha=ALPHA, eps=EPS,
+                                    check_for_update=args.cpprb_check_for_update)
+        for lo in range(0, N, chunk):
+            hi = min(N, lo + chunk)
+            cp.add(obs=obs[lo:hi], act=act[lo:hi], rew=rew[lo:hi], next_obs=next_obs[lo:hi], done=done[lo:hi])
+        cp.update_priorities(np.arange(N), td0 + EPS)
+        impl['cpprb'] = cp
+        rss_other['cpprb'] = None if r0 is None else rss_bytes() - r0
+
+    # --- (c) plain Python, (d) np.random.choice
+    r0 = rss_bytes()
+    plain = PlainPythonPER(N, seed=args.seed); plain.build(obs, act, rew, next_obs, done, leaves)
+    rss_other['plain-Python'] = None if r0 is None else rss_bytes() - r0
+    assert math.isclose(plain.sum_tree[1], leaves.sum(), rel_tol=1e-9) and plain.min_tree[1] == leaves.min()
+    choice = ChoicePER(N, seed=args.seed); choice.build(obs, act, rew, next_obs, done, leaves)
+    impl['plain-Python'], impl['np.random.choice'] = plain, choice
+    print(f'set-up (data and fills) took {time.perf_counter() - t_start:.1f} s\n')
+
+    # --- inputs for the operations, built before any timing
+    n_single = 4096
+    singles = [step_batch(i, i + 1)[0] for i in range(n_single)]                 # single SimpleSteps
+    rows = [(obs[i], int(act[i]), float(rew[i]), next_obs[i], bool(done[i])) for i in range(n_single)]
+    n_batches = 16
+    batches = [step_batch(1000 * b, 1000 * (b + 1)) for b in range(n_batches)]
+    tds = [torch.from_numpy(rng.exponential(1.0, 256)) for _ in range(64)]        # a learner hands back tensors
+    tds_np = [t.numpy() for t in tds]
+
+    def add_single(name):
+        b = impl[name]
+        if name == 'ours': return lambda i: b.add(singles[i % n_single])
+        if name == 'cpprb':
+            def f(i):
+                o, a, r, no, d = rows[i % n_single]; b.add(obs=o, act=a, rew=r, next_obs=no, done=d)
+            return f
+        if name == 'plain-Python': return lambda i: b.store(*rows[i % n_single])
+
+    def add_batch(name):
+        b = impl[name]
+        if name == 'ours': return lambda i: b.add(batches[i % n_batches])
+        if name == 'cpprb':
+            def f(i):
+                lo = 1000 * (i % n_batches); s = slice(lo, lo + 1000)
+                b.add(obs=obs[s], act=act[s], rew=rew[s], next_obs=next_obs[s], done=done[s])
+            return f
+        if name == 'plain-Python':
+            def f(i):
+                lo = 1000 * (i % n_batches)
+                for j in range(lo, lo + 1000): b.store(obs[j], act[j], rew[j], next_obs[j], done[j])
+            return f
+
+    def sample(bs):
+        def make(name):
+            b = impl[name]
+            if name == 'ours': return lambda i: b.sample(bs)
+            return lambda i: b.sample(bs, BETA)
+        return make
+
+    def learner(name):
+        b = impl[name]
+        if name == 'ours':
+            def f(i):
+                batch = b.sample(256); b.update_priorities(batch.idxs, tds[i % 64])
+        else:
+            def f(i):
+                s = b.sample(256, BETA)
+                b.update_priorities(s['indexes'], tds_np[i % 64] + (EPS if name == 'cpprb' else 0.))
+        return f
+
+    idx_sets = []  # filled just before the update op: slots our buffer sampled, so our updates are not stale
+    def update(name):
+        b = impl[name]
+        if name == 'ours': return lambda i: b.update_priorities(idx_sets[i % 64], tds[i % 64])
+        idx_np = [t.numpy() for t in idx_sets]
+        if name == 'cpprb': return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64] + EPS)
+        return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64])
+
+    makers = {OPS[0]: add_single, OPS[1]: add_batch, OPS[2]: sample(256), OPS[3]: sample(1024),
+              OPS[4]: update, OPS[5]: learner}
+    max_number = {OPS[0]: 20000, OPS[1]: 200}
+    results, ratios_cp, ratios_plain = {}, {}, {}
+    for op in OPS:
+        if op == OPS[4]: idx_sets[:] = [ours.sample(256).idxs for _ in range(64)]
+        fns = {}
+        for name in IMPLS:
+            if name not in impl: continue
+            fn = makers[op](name)
+            if fn is not None: fns[name] = fn
+        numbers = {name: calibrate(fn, target, max_number.get(op, 100000)) for name, fn in fns.items()}
+        times = {name: [] for name in fns}
+        names = list(fns)
+        for r in range(args.repeats):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                times[name].append(per_call(fns[name], numbers[name]))
+        if op == OPS[4]:  # every update of ours landed (fresh slots), so it did the full work
+            last = idx_sets[-1].numpy()
+            assert (ours.sampled_at[last] == ours.writes[last]).all()
+        results[op] = {name: statistics.median(ts) for name, ts in times.items()}
+        ratios_cp[op] = [o / c for o, c in zip(times['ours'], times['cpprb'])] if 'cpprb' in times else []
+        ratios_plain[op] = [p / o for o, p in zip(times['ours'], times['plain-Python'])] if 'plain-Python' in times else []
+        print(f'  timed {op:<40} calls per timing: {numbers}', file=sys.stderr)
+
+    # --- the table
+    print('## Time per call (µs, median of rounds)\n')
+    print('| operation | ours | cpprb | plain-Python | np.random.choice | ours / cpprb time (median [range]) '
+          '| ours vs plain-Python speed-up (median [range]) |')
+    print('|---|--:|--:|--:|--:|--:|--:|')
+    for op in OPS:
+        res = results[op]
+        cells = [fmt_us(res.get(name)) if name in impl else 'skipped' for name in IMPLS]
+        print(f'| {op} | ' + ' | '.join(cells) + f' | {med_range(ratios_cp[op])[1]} | {med_range(ratios_plain[op])[1]} |')
+    if cpprb_skip: print(f'\ncpprb skipped: {cpprb_skip}')
+    print('\n(d) np.random.choice has no add: "—". Its sample includes p/sum over all N slots, as it must after any update.')
+    rate_ratios = [1 / r for r in ratios_cp[OPS[0]]]
+    print(f'\nper-step add rate, ours / cpprb: {med_range(rate_ratios)[1]} '
+          f'(ours {1 / results[OPS[0]]["ours"]:,.0f} steps/s'
+          + (f', cpprb {1 / results[OPS[0]]["cpprb"]:,.0f} steps/s)' if 'cpprb' in results[OPS[0]] else ')'))
+
+    # --- memory of ours
+    raw = sum(getattr(singles[0], n).element_size() * getattr(singles[0], n).numel() for n in STEP_FIELDS)
+    tree_arrays = {k: v.nbytes for k, v in vars(ours.tree).items() if isinstance(v, np.ndarray)}
+    parts = {'storage columns': ours.storage.nbytes(), 'raw priorities': ours.priorities.nbytes,
+             'write counters (writes + sampled_at)': ours.writes.nbytes + ours.sampled_at.nbytes,
+             f'tree arrays ({", ".join(tree_arrays)})': sum(tree_arrays.values())}
+    total = sum(parts.values())
+    cap = 1 << (N - 1).bit_length()
+    ref_sum_min, ref_sum = 2 * (2 * cap * 8) / N, 2 * cap * 8 / N  # float64 heap trees, 2·cap nodes each
+    print('\n## Memory of ours, bytes per stored transition\n')
+    print('| part | bytes / transition |\n|---|--:|')
+    for k, v in parts.items(): print(f'| {k} | {v / N:.2f} |')
+    print(f'| **total** | **{total / N:.2f}** |')
+    print(f'| raw field bytes of one SimpleStep ({len(STEP_FIELDS)} fields) | {raw} |')
+    print(f'| raw + tree, tree = float64 sum + min heaps of 2·{cap:,} nodes (the seed\'s two trees) | {raw + ref_sum_min:.2f} |')
+    print(f'| raw + tree, tree = one float64 sum heap | {raw + ref_sum:.2f} |')
+    print(f'\nours / raw = {total / N / raw:.3f}; ours / (raw + sum&min tree) = {total / N / (raw + ref_sum_min):.3f}; '
+          f'ours / (raw + sum tree) = {total / N / (raw + ref_sum):.3f}')
+    print(f'tracemalloc while building + filling ours: {traced / N:.1f} B/transition held, peak {traced_peak / N:.1f}')
+    if rss_ours is not None:
+        print(f'RSS growth: ours {rss_ours / N:.1f} B/transition'
+              + ''.join(f', {k} {v / N:.1f}' for k, v in rss_other.items() if v is not None)
+              + ' (plain-Python: its trees are Python lists of float objects)')
+
+    # --- goals
+    def goal(label, value, ok, shown):
+        return f'| {label} | {shown} | {"—" if value is None else ("yes" if ok else "**no**")} |'
+    lr = med_range(ratios_cp[OPS[5]])[0]; s1k = med_range(ratios_cp[OPS[3]])[0]
+    rate = med_range(rate_ratios)[0]; sp_l = med_range(ratios_plain[OPS[5]])[0]
+    sp_all = {op: med_range(ratios_plain[op])[0] for op in OPS if ratios_plain[op]}
+    worst = min(sp_all, key=sp_all.get)
+    print('\n## The issue\'s goals\n')
+    print('| goal | measured | met |\n|---|--:|:-:|')
+    print(goal('learner step ≤ 0.6× cpprb\'s time', lr, lr is not None and lr <= 0.6, fmt_x(lr)))
+    print(goal('sample of 1,024 ≤ 0.35× cpprb\'s time', s1k, s1k is not None and s1k <= 0.35, fmt_x(s1k)))
+    print(goal('per-step add rate ≥ 4× cpprb\'s', rate, rate is not None and rate >= 4, fmt_x(rate)))
+    print(goal('≥ 25× faster than plain-Python, learner step', sp_l, sp_l >= 25, fmt_x(sp_l)))
+    print(goal(f'≥ 25× faster than plain-Python, every operation (slowest: {worst})', sp_all[worst],
+               sp_all[worst] >= 25, fmt_x(sp_all[worst])))
+    mem = total / N / (raw + ref_sum_min)
+    print(goal('memory ≤ 1.3 × (raw + tree), tree = sum + min heaps', mem, mem <= 1.3, f'{mem:.3f}×'))
+    mem1 = total / N / (raw + ref_sum)
+    print(goal('memory ≤ 1.3 × (raw + tree), tree = sum heap only', mem1, mem1 <= 1.3, f'{mem1:.3f}×'))
+    print(f'\nload average at end {os.getloadavg()[0]:.2f}; wall time {time.perf_counter() - t_start:.0f} s')
+
+
+if __name__ == '__main__':
+    main()
