@@ -15,6 +15,7 @@ from torch.utils.data.graph import traverse_dps
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay
+from state_checks import assert_state_equal
 
 
 def make_step(i, state_dim=2):
@@ -30,18 +31,6 @@ def filled(n, max_sz=20, bs=1, seed=None, start=0):
     return er
 
 
-def assert_state_equal(a, b):
-    assert set(a) == set(b)
-    for k in a:
-        if k == 'columns':
-            assert (a[k] is None) == (b[k] is None)
-            if a[k] is not None:
-                assert set(a[k]) == set(b[k])
-                for n in a[k]: assert torch.equal(a[k][n], b[k][n]), f"column {n!r} changed"
-        elif isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
 
 
 # ---------------------------------------------------------------- ring-buffer model

@@ -8,6 +8,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay, ReplayBuffer
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
+from state_checks import assert_state_equal
 
 EPS = 1e-6          # the default eps
 CHI2_7DF_P001 = 24.322  # chi-square critical value, 7 degrees of freedom, p = 0.001 (any table)
@@ -38,19 +39,6 @@ def per_pipe(n, max_sz=8, bs=1, seed=0, start=0, **kwargs):
     return er
 
 
-def assert_state_equal(a, b):
-    "Every entry of two `state_dict()`s equal: tensors bit for bit, the rest with ==."
-    assert set(a) == set(b)
-    for k in a:
-        if k == 'columns':
-            assert (a[k] is None) == (b[k] is None)
-            if a[k] is not None:
-                assert set(a[k]) == set(b[k])
-                for n in a[k]: assert torch.equal(a[k][n], b[k][n]), f"column {n!r} changed"
-        elif isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
-        else:
-            assert a[k] == b[k], f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
 
 
 def snapshot(obj):

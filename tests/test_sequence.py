@@ -15,6 +15,7 @@ from fastrl_per.envs import GymTransformBlock
 from fastrl_per.pipes import find_upstream
 from fastrl_per.sequence import (Episode, EpisodeAssembler, PrioritizedBatch, PrioritizedSequenceReplay,
                                  SequenceReplay, SequenceReplayPipe)
+from state_checks import assert_state_equal
 
 EPS = 1e-6
 
@@ -38,17 +39,6 @@ class TinySlots(PrioritizedSequenceReplay):
     min_slots = 2
 
 
-def assert_state_equal(a, b):
-    assert set(a) == set(b)
-    for k in a:
-        if k == 'columns':
-            assert (a[k] is None) == (b[k] is None)
-            if a[k] is not None:
-                for n in a[k]: assert torch.equal(a[k][n], b[k][n]), f"column {n!r} changed"
-        elif isinstance(a[k], torch.Tensor):
-            assert torch.equal(a[k], b[k]), f"{k!r} changed"
-        else:
-            assert a[k] == b[k], f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
 
 
 def chi_square(counts, probs):
