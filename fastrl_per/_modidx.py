@@ -427,4 +427,5 @@ d = { 'settings': { 'branch': 'main',
                                   'fastrl_per.train.read_metrics': ('train.html#read_metrics', 'fastrl_per/train.py'),
                                   'fastrl_per.train.restore_learner': ('train.html#restore_learner', 'fastrl_per/train.py'),
                                   'fastrl_per.train.save_checkpoint': ('train.html#save_checkpoint', 'fastrl_per/train.py'),
+                                  'fastrl_per.train.solved_threshold': ('train.html#solved_threshold', 'fastrl_per/train.py'),
                                   'fastrl_per.train.train': ('train.html#train', 'fastrl_per/train.py')}}}
