@@ -490,10 +490,11 @@ def test_bad_input(base_run, tmp_path, name, prepare, call, words):
 
 def test_config_mismatch_names_the_value(base_run):
     state = load_checkpoint(base_run)
-    learner = Learner('CartPole-v1', seed=0, total_steps=300, hidden=64)
+    seed = state['config']['seed']
+    learner = Learner('CartPole-v1', seed=seed, total_steps=300, hidden=64)
     with pytest.raises(ValueError, match=r"config differs.*'hidden': \(128, 64\)"): learner.load_state_dict(state)
-    other = Learner('CartPole-v1', seed=1, total_steps=300)
-    with pytest.raises(ValueError, match=r"'seed': \(0, 1\)"): other.load_state_dict(state)
+    other = Learner('CartPole-v1', seed=seed + 1, total_steps=300)
+    with pytest.raises(ValueError, match=rf"'seed': \({seed}, {seed + 1}\)"): other.load_state_dict(state)
     with pytest.raises(ValueError, match='version'): other.load_state_dict({'version': 0})
     with pytest.raises(ValueError, match='version'): other.load_state_dict([1, 2])
 
