@@ -3,7 +3,7 @@
 Both sides: CartPole-v1 through `fastrl_per.envs.EnvRun` (a gymnasium vector env, next-step
 autoreset, reset rows dropped), epsilon-greedy with `fastrl_per.learner.EpsilonGreedy`, the
 `fastrl_per.per.PrioritizedReplayBuffer` core, the same `QNetwork`, batch size, double-DQN
-target, importance-weighted smooth L1 loss, gradient-norm clipping at 10, Adam, hard target update, priority update and beta
+target, importance-weighted smooth L1 loss, gradient-norm clipping at 10, Adam, soft target update, priority update and beta
 anneal, and one metrics row (with `loss.item()`) per update. With the same seed the two produce
 the same losses, which the script checks before timing: the work is identical, only the
 plumbing differs.
@@ -29,14 +29,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fastrl_per.envs import EnvRun
-from fastrl_per.learner import EpsilonGreedy, Learner, QNetwork, discrete_env_dims
+from fastrl_per.learner import EpsilonGreedy, Learner, QNetwork, discrete_env_dims, soft_update
 from fastrl_per.per import PrioritizedReplayBuffer
 
 ENV = 'CartPole-v1'
 GOAL = 1.25
 # Learner's defaults, spelled out so the loop uses the very same numbers
-CONFIG = dict(bs=64, max_sz=50_000, lr=1e-3, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, target_every=500,
-              eps_start=1.0, eps_end=0.02, eps_decay_steps=5_000, hidden=128, max_grad_norm=10.)
+CONFIG = dict(bs=64, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.02,
+              eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, max_grad_norm=10.)
 
 
 class HandLoop:
@@ -79,9 +79,9 @@ class HandLoop:
         nn.utils.clip_grad_norm_(self.model.parameters(), c['max_grad_norm'])
         self.opt.step()
         self.updates += 1
-        if self.updates % c['target_every'] == 0: target.load_state_dict(model.state_dict())
+        soft_update(self.target, self.model, c['tau'])
         self.buf.update_priorities(b.idxs, td.abs())
-        self.buf.anneal_beta(min(1., self.updates / self.total_steps))
+        self.buf.anneal_beta(min(1., self.updates / max(1, self.total_steps - c['bs'] + 1)))
         return dict(loss=loss.item(), epsilon=self.agent.epsilon, beta=self.buf.beta, frame=self.frames)
 
 
