@@ -5,18 +5,18 @@
 # %% auto #0
 __all__ = ['SumTree']
 
-# %% ../nbs/04_sumtree.ipynb #65148d8e
+# %% ../nbs/04_sumtree.ipynb #6061a609
 import numpy as np
+from .core import check_int
 
-# %% ../nbs/04_sumtree.ipynb #e0a1b70d
+# %% ../nbs/04_sumtree.ipynb #a34b444e
 class SumTree:
     "Binary tree of partial sums over `capacity` non-negative leaves, updated and searched in batches."
     cut_bits = 10  # the levels above the cut (at most 2**cut_bits nodes) are kept as one running sum
 
     def __init__(self,
                  capacity:int):  # number of leaves, any int >= 1
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        check_int('capacity', capacity)
         self.capacity = int(capacity)
         self._depth = (self.capacity - 1).bit_length()  # levels below the root
         self._n = 1 << self._depth                      # padded leaf count: leaves sit in slots n..2n-1
@@ -51,7 +51,7 @@ class SumTree:
         "Smallest positive leaf; `inf` when no leaf is positive (leaves holding 0 never count)."
         return float(self._cut_level(self._min).min())
 
-# %% ../nbs/04_sumtree.ipynb #81d885ce
+# %% ../nbs/04_sumtree.ipynb #a7410420
 from fastcore.basics import patch
 
 @patch
@@ -114,7 +114,7 @@ def _rebuild(self:SumTree):
         S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
         M[lo:hi] = np.minimum(M[2*lo:2*hi:2], M[2*lo+1:2*hi:2])
 
-# %% ../nbs/04_sumtree.ipynb #b3e02202
+# %% ../nbs/04_sumtree.ipynb #3c3dc628
 @patch
 def _descend(self:SumTree, node, u, guard=False):
     "Leaf reached from each cut-level `node` with offset `u` inside it; `guard` never enters an empty right subtree."
@@ -148,7 +148,7 @@ def find(self:SumTree,
     if stray.any(): idxs[stray] = self._descend(node[stray], u[stray], guard=True)
     return idxs
 
-# %% ../nbs/04_sumtree.ipynb #4af13ed3
+# %% ../nbs/04_sumtree.ipynb #98c434ca
 @patch
 def state_dict(self:SumTree):
     "The capacity and a copy of the leaves."
