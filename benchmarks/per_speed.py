@@ -11,6 +11,9 @@ In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
 - per-step add (one transition a call), a 1,000-step batch add,
 - a sample of 256 and of 1,024 with importance weights,
 - an update of 256 priorities, and a learner step (sample 256, then update those 256),
+- a pipeline step: add one transition, then a learner step, which is what each item of a
+  `PrioritizedExperienceReplay` pipeline costs (ours stages single adds and writes them on
+  the next read, so this row shows the add's deferred cost too),
 
 for
 
@@ -44,7 +47,8 @@ import torch
 
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 OPS = ['per-step add', '1,000-step batch add', 'sample 256 (+weights)', 'sample 1,024 (+weights)',
-       'update 256 priorities', 'learner step (sample 256 + update 256)']
+       'update 256 priorities', 'learner step (sample 256 + update 256)',
+       'pipeline step (add 1 + sample 256 + update 256)']
 IMPLS = ['ours', 'cpprb', 'plain-Python', 'np.random.choice']
 
 
@@ -318,6 +322,12 @@ def main(argv=None):
                 b.update_priorities(s['indexes'], tds_np[i % 64] + (EPS if name == 'cpprb' else 0.))
         return f
 
+    def pipeline(name):
+        if name == 'np.random.choice': return None
+        add, learn = add_single(name), learner(name)
+        def f(i): add(i); learn(i)
+        return f
+
     idx_sets = []  # filled just before the update op: slots our buffer sampled, so our updates are not stale
     def update(name):
         b = impl[name]
@@ -327,7 +337,7 @@ def main(argv=None):
         return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64])
 
     makers = {OPS[0]: add_single, OPS[1]: add_batch, OPS[2]: sample(256), OPS[3]: sample(1024),
-              OPS[4]: update, OPS[5]: learner}
+              OPS[4]: update, OPS[5]: learner, OPS[6]: pipeline}
     max_number = {OPS[0]: 20000, OPS[1]: 200}
     results, ratios_cp, ratios_plain = {}, {}, {}
     for op in OPS:

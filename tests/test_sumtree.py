@@ -22,19 +22,21 @@ TREES = [SumTree, FullWalk, ShortTop]
 
 
 def stored_levels(tree):
-    "For each stored level above the leaves: (sums, left child sums, right child sums, same three for minima)."
-    S, M = tree._sum, tree._min
+    "For each stored level above the leaves: (sums, left child sums, right child sums)."
+    S = tree._sum
     for level in range(tree._cut, tree._depth):
         lo, hi = 1 << level, 2 << level
-        yield S[lo:hi], S[2*lo:2*hi:2], S[2*lo+1:2*hi:2], M[lo:hi], M[2*lo:2*hi:2], M[2*lo+1:2*hi:2]
+        yield S[lo:hi], S[2*lo:2*hi:2], S[2*lo+1:2*hi:2]
 
 
 def check_tree(tree, leaves, us):
     "Everything that must hold for a tree whose leaves should equal `leaves`; `us` are fractions of the total."
     assert np.array_equal(tree[:], leaves)
-    for sums, left, right, mins, left_min, right_min in stored_levels(tree):
+    for sums, left, right in stored_levels(tree):
         assert np.array_equal(sums, left + right)             # computed the same way, so exactly equal
-        assert np.array_equal(mins, np.minimum(left_min, right_min))
+    if tree._min is not None:                                  # the cached minimum and its count, before any rescan
+        assert tree._min == min((v for v in leaves if v > 0), default=math.inf)
+        assert tree._min_count == (np.count_nonzero(leaves == tree._min) if tree._min < math.inf else 0)
     assert math.isclose(tree.total, math.fsum(leaves), rel_tol=1e-12, abs_tol=0)
     assert tree.min == min((v for v in leaves if v > 0), default=math.inf)
     if tree.total == 0: return
@@ -109,7 +111,7 @@ def test_state_dict_round_trip_and_indexing():
     assert tree[0] != 123.
     loaded = SumTree(3000)
     loaded.load_state_dict(tree.state_dict())
-    assert np.array_equal(loaded._sum, tree._sum) and np.array_equal(loaded._min, tree._min)
+    assert np.array_equal(loaded._sum, tree._sum) and loaded.min == tree.min
     assert len(tree) == 3000 and tree[[1, 2]].shape == (2,)
     with pytest.raises(IndexError): tree[3000]
 
@@ -142,12 +144,12 @@ BAD_CALLS = [  # (what, call on a filled tree, text the message must contain)
 @pytest.mark.parametrize('call,text', [b[1:] for b in BAD_CALLS], ids=[b[0] for b in BAD_CALLS])
 def test_bad_input_leaves_tree_unchanged(call, text):
     tree = filled_tree()
-    before, sums, mins = tree.state_dict(), tree._sum.copy(), tree._min.copy()
+    before, sums, mins = tree.state_dict(), tree._sum.copy(), (tree._min, tree._min_count)
     with pytest.raises(ValueError) as e: call(tree)
     assert text in str(e.value)
     after = tree.state_dict()
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
-    assert np.array_equal(tree._sum, sums) and np.array_equal(tree._min, mins)
+    assert np.array_equal(tree._sum, sums) and (tree._min, tree._min_count) == mins
 
 
 @pytest.mark.parametrize('capacity', [0, -3, 2.5, '8', True, None])
@@ -172,7 +174,7 @@ def test_walk_and_rebuild_give_the_same_bits():
     for chunk in np.array_split(rng.permutation(3000), 300):   # 10 leaves a call: below 4096 // 16
         walked.update(chunk, leaves[chunk])
     rebuilt.update(np.arange(3000), leaves)
-    assert np.array_equal(walked._sum, rebuilt._sum) and np.array_equal(walked._min, rebuilt._min)
+    assert np.array_equal(walked._sum, rebuilt._sum) and walked.min == rebuilt.min
 
 
 @settings(max_examples=100, deadline=None, database=None)
@@ -186,5 +188,5 @@ def test_set_range_matches_update(capacity, data):
     by_range.set_range(start, values)
     by_update.update(np.arange(start, start + len(values)), values)
     assert np.array_equal(by_range._sum, by_update._sum)
-    assert np.array_equal(by_range._min, by_update._min)
+    assert by_range.min == by_update.min
     assert by_range.total == by_update.total

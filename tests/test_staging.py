@@ -1,0 +1,130 @@
+"""Single-step adds (bookkeeping run in batches) and packed row storage: nothing observable differs from one step at a time."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from fastrl_per.core import SimpleStep
+from fastrl_per.memory import ReplayBuffer
+from fastrl_per.per import PrioritizedReplayBuffer
+from state_checks import assert_state_equal
+
+
+def make_step(i):
+    return SimpleStep(state=[float(i), -float(i)], action=i % 3, next_state=[i + 0.5, i + 0.5], terminated=i % 5 == 0,
+                      truncated=i % 7 == 0, reward=i / 4, total_reward=float(i), env_id=i % 2, step_n=i, episode_n=i // 10)
+
+
+def pair(cls, max_sz, hook_every):
+    "Two buffers seeded alike: one runs its bookkeeping every `hook_every` single steps, the other after each."
+    staged, direct = cls(max_sz=max_sz, seed=0), cls(max_sz=max_sz, seed=0)
+    staged.hook_every, direct.hook_every = hook_every, 1
+    return staged, direct
+
+
+def assert_batches_equal(a, b):
+    assert a == b
+    assert torch.equal(a.idxs, b.idxs) and torch.equal(a.weights, b.weights)
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just('single'), st.integers(1, 6)),   # that many single adds
+    st.tuples(st.just('batch'), st.integers(1, 9)),    # one batch add
+    st.tuples(st.just('list'), st.integers(1, 4)),     # one add of a list of single steps
+    st.tuples(st.just('sample'), st.integers(1, 5)),   # sample, then feed TD errors back
+    st.tuples(st.just('read'), st.just(0)),            # len, trackers and memory
+), min_size=1, max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([ReplayBuffer, PrioritizedReplayBuffer]), st.integers(1, 12), st.integers(2, 8), ops)
+def test_batched_bookkeeping_is_invisible(cls, max_sz, hook_every, history):
+    staged, direct = pair(cls, max_sz, hook_every)
+    n = 0
+    for op, k in history:
+        if op == 'single':
+            for i in range(n, n + k):
+                assert np.array_equal(staged.add(make_step(i)), direct.add(make_step(i)))
+        elif op == 'batch':
+            batch = SimpleStep.from_steps([make_step(i) for i in range(n, n + k)])
+            assert np.array_equal(staged.add(batch), direct.add(batch))
+        elif op == 'list':
+            steps = [make_step(i) for i in range(n, n + k)]
+            assert np.array_equal(staged.add(steps), direct.add(steps))
+        elif op == 'sample' and len(direct) >= (k if cls is ReplayBuffer else 1):
+            a, b = staged.sample(k), direct.sample(k)
+            assert_batches_equal(a, b)
+            if cls is PrioritizedReplayBuffer:
+                td = np.abs(a.reward.numpy()) + a.idxs.numpy() / 10
+                staged.update_priorities(a.idxs, td); direct.update_priorities(b.idxs, td)
+        elif op == 'read':
+            assert len(staged) == len(direct)
+            assert [s.step_n.item() for s in staged.memory] == [s.step_n.item() for s in direct.memory]
+        n += k if op in ('single', 'batch', 'list') else 0
+        assert len(staged) == len(direct) == min(n, max_sz)
+    assert_state_equal(staged.state_dict(), direct.state_dict())
+    if cls is PrioritizedReplayBuffer: assert np.array_equal(staged.tree[:], direct.tree[:])
+
+
+def test_bookkeeping_runs_at_the_limit_and_before_reads():
+    buf = PrioritizedReplayBuffer(max_sz=10, seed=0)
+    buf.hook_every = 4
+    for i in range(3): buf.add(make_step(i))
+    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._tree.total) == (3, 3, 3, 0.)
+    buf.add(make_step(3))
+    assert (buf._unhooked, buf._tree.total) == (0, 4.)   # four leaves at max_priority 1
+    buf.add(make_step(4))
+    assert buf.tree.total == 5. and buf._unhooked == 0   # reading the tree caught it up
+
+
+@pytest.mark.parametrize('bad,contains', [
+    (SimpleStep(state=[0., 0., 0.], action=0, next_state=[0., 0., 0.]), "'state' has shape (3,)"),
+    (SimpleStep(state=[0., 0.], action=0.5, next_state=[0., 0.]), "'action' has dtype float32"),
+    ('a string', 'got str'),
+])
+def test_bad_single_step_changes_nothing(bad, contains):
+    staged, direct = pair(PrioritizedReplayBuffer, 8, 100)
+    for i in range(5): staged.add(make_step(i)); direct.add(make_step(i))
+    with pytest.raises((ValueError, TypeError)) as e: staged.add(bad)
+    assert contains in str(e.value)
+    assert_state_equal(staged.state_dict(), direct.state_dict())
+    staged.add(make_step(5)); direct.add(make_step(5))   # and it goes on as if nothing happened
+    assert_batches_equal(staged.sample(4), direct.sample(4))
+
+
+def test_load_state_with_pending_bookkeeping():
+    source = PrioritizedReplayBuffer(max_sz=6, seed=1)
+    source.add(SimpleStep.from_steps([make_step(i) for i in range(4)]))
+    buf = PrioritizedReplayBuffer(max_sz=6, seed=0)
+    for i in range(3): buf.add(make_step(100 + i))
+    with pytest.raises(ValueError): buf.load_state_dict({**source.state_dict(), 'max_sz': 7})
+    assert [s.step_n.item() for s in buf.memory] == [100, 101, 102]   # the failed load changed nothing
+    buf.add(make_step(103))
+    buf.load_state_dict(source.state_dict())
+    assert len(buf) == 4 and [s.step_n.item() for s in buf.memory] == [0, 1, 2, 3]
+    assert_state_equal(buf.state_dict(), source.state_dict())
+
+
+def test_packed_rows_keep_mixed_dtypes_and_shapes(tmp_path):
+    "An image state (uint8), an int32 action, float32 rewards and bools share one record, each aligned."
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (9, 3, 5, 5), dtype=np.uint8)
+    steps = [SimpleStep(state=torch.from_numpy(images[i]), action=torch.tensor(i, dtype=torch.int32),
+                        next_state=torch.from_numpy(images[(i + 1) % 9]), reward=float(i), terminated=i == 8, step_n=i)
+             for i in range(9)]
+    buf = ReplayBuffer(max_sz=12, seed=0)
+    for s in steps: buf.add(s)
+    record = buf.storage.rows.dtype
+    assert all(offset % record.fields[n][0].base.itemsize == 0 for n, (_, offset) in
+               ((n, record.fields[n][:2]) for n in record.names))
+    assert record.itemsize % 8 == 0 and record.itemsize - sum(record.fields[n][0].itemsize for n in record.names) < 8
+    batch = buf.sample(9)
+    for k, i in enumerate(batch.idxs.tolist()):
+        assert batch[k] == steps[i]
+    assert batch.state.dtype == torch.uint8 and batch.action.dtype == torch.int32
+    assert batch.state.contiguous().view(9, -1).shape == (9, 75)   # views work like any tensor once contiguous
+    buf.save(tmp_path / 'b.pt')
+    again = ReplayBuffer(max_sz=12)
+    again.load(tmp_path / 'b.pt')
+    assert all(a == b for a, b in zip(again.memory, steps))
