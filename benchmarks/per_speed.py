@@ -380,7 +380,7 @@ def main(argv=None):
     # --- memory of ours
     raw = sum(getattr(singles[0], n).element_size() * getattr(singles[0], n).numel() for n in STEP_FIELDS)
     tree_arrays = {k: v.nbytes for k, v in vars(ours.tree).items() if isinstance(v, np.ndarray)}
-    parts = {'storage columns': ours.storage.nbytes(), 'raw priorities': ours.priorities.nbytes,
+    parts = {'storage (packed records, one per slot)': ours.storage.nbytes(), 'raw priorities': ours.priorities.nbytes,
              'write counters (writes + sampled_at)': ours.writes.nbytes + ours.sampled_at.nbytes,
              f'tree arrays ({", ".join(tree_arrays)})': sum(tree_arrays.values())}
     total = sum(parts.values())
