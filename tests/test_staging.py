@@ -128,3 +128,19 @@ def test_packed_rows_keep_mixed_dtypes_and_shapes(tmp_path):
     again = ReplayBuffer(max_sz=12)
     again.load(tmp_path / 'b.pt')
     assert all(a == b for a, b in zip(again.memory, steps))
+
+
+def test_single_steps_with_grad_or_strides_are_stored_by_value():
+    "Fields that need grad, or are strided views, are copied into the record; changing them later changes nothing."
+    image = torch.rand(2, 10, 10, requires_grad=True)     # 200 elements: handed over as an array
+    wide = torch.arange(12.).reshape(3, 4)[:, 1]           # a strided view of 3 elements
+    step = SimpleStep(state=image, action=1, next_state=image * 2, reward=torch.tensor(0.5, requires_grad=True))
+    strided = SimpleStep(state=wide, action=2, next_state=wide + 1)
+    buf, other = ReplayBuffer(max_sz=4, seed=0), ReplayBuffer(max_sz=4, seed=0)
+    buf.add(step); buf.add(step)
+    other.add(strided)
+    stored = buf.memory[1]
+    assert torch.equal(stored.state, image.detach()) and stored.reward.item() == 0.5 and not stored.state.requires_grad
+    assert other.memory[0].state.tolist() == [1., 5., 9.]
+    with torch.no_grad(): image.add_(1.)                   # the caller reuses its tensor
+    assert torch.equal(buf.memory[1].state, stored.state)
