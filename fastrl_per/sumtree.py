@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['SumTree', 'last_writes', 'check_leaf_values']
 
-# %% ../nbs/04_sumtree.ipynb #61507eb7
+# %% ../nbs/04_sumtree.ipynb #017742e2
 import numpy as np
 from .core import check_int
 
-# %% ../nbs/04_sumtree.ipynb #e6662d1e
+# %% ../nbs/04_sumtree.ipynb #1ea27e7d
 class SumTree:
     "Binary tree of partial sums over `capacity` non-negative leaves, updated and searched in batches."
     cut_bits = 12  # the levels above the cut (at most 2**cut_bits nodes) are kept as one running sum
@@ -69,7 +69,7 @@ class SumTree:
             self._min_count += int(np.count_nonzero(new == self._min)) - int(np.count_nonzero(old == self._min))
             if self._min_count == 0: self._min = None       # its last holder rose
 
-# %% ../nbs/04_sumtree.ipynb #c4441aab
+# %% ../nbs/04_sumtree.ipynb #cc8af372
 from fastcore.basics import patch
 
 def last_writes(idxs, values):
@@ -145,7 +145,7 @@ def _rebuild(self:SumTree):
         lo, hi = 1 << level, 2 << level
         S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
 
-# %% ../nbs/04_sumtree.ipynb #8265bd2b
+# %% ../nbs/04_sumtree.ipynb #c4b5dbda
 @patch
 def _descend(self:SumTree, node, u, guard=False):
     "Leaf reached from each cut-level `node` with offset `u` inside it; `guard` never enters an empty right subtree."
@@ -186,7 +186,7 @@ def _find(self:SumTree, u):
         values = self._sum[idxs + self._n]
     return idxs, values
 
-# %% ../nbs/04_sumtree.ipynb #d9abf1fc
+# %% ../nbs/04_sumtree.ipynb #c56a00f6
 @patch
 def state_dict(self:SumTree):
     "The capacity and a copy of the leaves."
