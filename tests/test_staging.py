@@ -144,3 +144,19 @@ def test_single_steps_with_grad_or_strides_are_stored_by_value():
     assert other.memory[0].state.tolist() == [1., 5., 9.]
     with torch.no_grad(): image.add_(1.)                   # the caller reuses its tensor
     assert torch.equal(buf.memory[1].state, stored.state)
+
+
+@pytest.mark.parametrize('how', ['deepcopy', 'pickle'])
+def test_copies_of_a_buffer_stay_whole(how):
+    "A copied buffer writes and reads its own records: no field is left behind as a detached copy."
+    import copy, pickle
+    buf = PrioritizedReplayBuffer(max_sz=8, seed=0)
+    buf.add(SimpleStep.from_steps([make_step(i) for i in range(3)]))
+    buf.add(make_step(3))
+    twin = copy.deepcopy(buf) if how == 'deepcopy' else pickle.loads(pickle.dumps(buf))
+    for b in (buf, twin):
+        b.add(SimpleStep.from_steps([make_step(i) for i in range(4, 6)]))
+        b.add(make_step(6))
+    assert [s.step_n.item() for s in twin.memory] == list(range(7))
+    assert_state_equal(twin.state_dict(), buf.state_dict())
+    assert_batches_equal(twin.sample(5), buf.sample(5))
