@@ -5,11 +5,11 @@
 # %% auto #0
 __all__ = ['SumTree', 'last_writes', 'check_leaf_values']
 
-# %% ../nbs/04_sumtree.ipynb #017742e2
+# %% ../nbs/04_sumtree.ipynb #1c708f62
 import numpy as np
 from .core import check_int
 
-# %% ../nbs/04_sumtree.ipynb #1ea27e7d
+# %% ../nbs/04_sumtree.ipynb #a05ee368
 class SumTree:
     "Binary tree of partial sums over `capacity` non-negative leaves, updated and searched in batches."
     cut_bits = 12  # the levels above the cut (at most 2**cut_bits nodes) are kept as one running sum
@@ -69,7 +69,7 @@ class SumTree:
             self._min_count += int(np.count_nonzero(new == self._min)) - int(np.count_nonzero(old == self._min))
             if self._min_count == 0: self._min = None       # its last holder rose
 
-# %% ../nbs/04_sumtree.ipynb #cc8af372
+# %% ../nbs/04_sumtree.ipynb #44966f75
 from fastcore.basics import patch
 
 def last_writes(idxs, values):
@@ -81,10 +81,10 @@ def last_writes(idxs, values):
     last = np.append(idxs[1:] != idxs[:-1], True)
     return idxs[last], values[last]
 
-def check_leaf_values(values):
-    "Raise a `ValueError` naming the first value that is negative, NaN or infinite."
+def check_leaf_values(values, name:str='leaf values'):
+    "Raise a `ValueError` naming the first of `values` (called `name`) that is negative, NaN or infinite."
     if len(values) and not (values.min() >= 0 and values.max() < np.inf):  # also false for NaN
-        raise ValueError(f"leaf values must be finite and >= 0, got {values[~(np.isfinite(values) & (values >= 0))][0]}")
+        raise ValueError(f"{name} must be finite and >= 0, got {values[~(np.isfinite(values) & (values >= 0))][0]}")
 
 @patch
 def update(self:SumTree,
@@ -145,7 +145,7 @@ def _rebuild(self:SumTree):
         lo, hi = 1 << level, 2 << level
         S[lo:hi] = S[2*lo:2*hi:2] + S[2*lo+1:2*hi:2]
 
-# %% ../nbs/04_sumtree.ipynb #c4b5dbda
+# %% ../nbs/04_sumtree.ipynb #c6694c85
 @patch
 def _descend(self:SumTree, node, u, guard=False):
     "Leaf reached from each cut-level `node` with offset `u` inside it; `guard` never enters an empty right subtree."
@@ -186,7 +186,7 @@ def _find(self:SumTree, u):
         values = self._sum[idxs + self._n]
     return idxs, values
 
-# %% ../nbs/04_sumtree.ipynb #c56a00f6
+# %% ../nbs/04_sumtree.ipynb #d93372b8
 @patch
 def state_dict(self:SumTree):
     "The capacity and a copy of the leaves."
