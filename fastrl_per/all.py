@@ -6,6 +6,7 @@
 __all__ = []
 
 # %% ../nbs/99_all.ipynb #bb0e6ceb
+from .checks import *
 from .core import *
 from .pipes import *
 from .envs import *
@@ -20,5 +21,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'check_int', 'SimpleStep']
+__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'SimpleStep']
 
 # %% ../nbs/00_core.ipynb #b4d21a4c
 STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'reward',
@@ -18,16 +18,12 @@ FIELD_DTYPES = dict(terminated=torch.bool, truncated=torch.bool, reward=torch.fl
                     total_reward=torch.float32, env_id=torch.int64, step_n=torch.int64,
                     episode_n=torch.int64)
 
-def check_int(name, value, low=1):
-    "Raise a `ValueError` naming `value` unless it is an int >= `low`."
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
 def _as_field(name, value):
     "`value` as a tensor with the dtype of field `name` (floating states become float32)."
     t = torch.as_tensor(value)
     dtype = FIELD_DTYPES.get(name, torch.float32 if t.is_floating_point() else None)
     return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
 
 # %% ../nbs/00_core.ipynb #52d1cf23
 class SimpleStep:
@@ -42,7 +38,7 @@ class SimpleStep:
         for name, value in zip(STEP_FIELDS, values): setattr(self, name, _as_field(name, value))
 
     @classmethod
-    def _from_fields(cls, fields:dict, idxs=None, weights=None):
+    def from_fields(cls, fields:dict, idxs=None, weights=None):
         "Build without conversion from tensors that already have the right dtypes."
         step = cls.__new__(cls)
         for name in STEP_FIELDS: setattr(step, name, fields[name])
@@ -61,7 +57,7 @@ class SimpleStep:
         for n in STEP_FIELDS:
             shapes = {tuple(getattr(p, n).shape[1:]) for p in parts}
             if len(shapes) > 1: raise ValueError(f"steps disagree on the shape of {n!r}: {sorted(shapes)}")
-        return cls._from_fields({n: torch.cat([getattr(p, n) for p in parts]) for n in STEP_FIELDS})
+        return cls.from_fields({n: torch.cat([getattr(p, n) for p in parts]) for n in STEP_FIELDS})
 
     @property
     def is_batch(self):
@@ -70,7 +66,7 @@ class SimpleStep:
 
     def _map(self, f):
         "A new step with `f` applied to every field (and to `idxs`/`weights` when set)."
-        return SimpleStep._from_fields({n: f(getattr(self, n)) for n in STEP_FIELDS},
+        return SimpleStep.from_fields({n: f(getattr(self, n)) for n in STEP_FIELDS},
                                        None if self.idxs is None else f(self.idxs),
                                        None if self.weights is None else f(self.weights))
 

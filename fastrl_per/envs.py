@@ -10,8 +10,9 @@ import torch
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 from torch.utils.data.datapipes.iter import IterableWrapper
-from .core import SimpleStep, check_int
+from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
+from .checks import check_int
 
 # %% auto #0
 __all__ = ['check_env_id', 'make_vector_env', 'EnvRun', 'EnvRuns', 'GymStepper', 'GymTransformBlock']

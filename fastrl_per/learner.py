@@ -11,10 +11,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import IterDataPipe
-from .core import SimpleStep, check_int
+from .core import SimpleStep
 from .pipes import find_upstream
 from .memory import ExperienceReplay
-from .per import PrioritizedExperienceReplay, check_number
+from .per import PrioritizedExperienceReplay
+from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'TDTargets', 'td_target',

@@ -4,29 +4,18 @@
 
 # %% ../nbs/03_memory.ipynb #3fae7678
 from __future__ import annotations
-import json, math, os, tempfile
+import json, math
 from operator import attrgetter
-from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
-from .core import SimpleStep, STEP_FIELDS, check_int
+from .core import SimpleStep, STEP_FIELDS
+from .checks import check_int, save_atomically
 
 # %% auto #0
-__all__ = ['save_atomically', 'step_columns', 'packed_dtype', 'RingStorage', 'MemoryView', 'ReplayBuffer', 'ExperienceReplay']
+__all__ = ['step_columns', 'packed_dtype', 'RingStorage', 'MemoryView', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
-def save_atomically(obj, path):
-    "`torch.save` to a temporary file beside `path`, then rename it into place: a failed save leaves the old file."
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix='.tmp')
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp): os.remove(tmp)
-
 def step_columns(steps) -> dict:
     "The fields of a `SimpleStep`, a batch or a list of them as numpy arrays with a leading batch axis."
     if isinstance(steps, (list, tuple)): steps = SimpleStep.from_steps(steps)
@@ -113,7 +102,7 @@ class RingStorage:
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows, each field a view into it."
         block = np.take(self.rows, idxs)
-        return SimpleStep._from_fields({n: torch.from_numpy(block[n]) for n in block.dtype.names})
+        return SimpleStep.from_fields({n: torch.from_numpy(block[n]) for n in block.dtype.names})
 
     def state(self) -> dict|None:
         "A contiguous copy of every column as tensors, or None before the first write."

@@ -7,26 +7,13 @@ from __future__ import annotations
 import math
 import numpy as np
 import torch
-from .core import check_int
 from .memory import ReplayBuffer, ExperienceReplay
-from .sumtree import SumTree, last_writes, check_leaf_values
+from .sumtree import SumTree, last_writes
 from fastcore.basics import patch
+from .checks import check_int, check_number, as_numpy, check_nonnegative
 
 # %% auto #0
-__all__ = ['check_number', 'as_numpy', 'flushed', 'PrioritizedReplayBuffer', 'annealed_beta', 'draw_proportional',
-           'PrioritizedExperienceReplay']
-
-# %% ../nbs/05_per.ipynb #d1dfafe9
-def check_number(name, value, low=0., low_ok=True):
-    "Raise a `ValueError` naming `value` unless it is a finite number above `low` (or equal, if `low_ok`)."
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (value == low and not low_ok):
-        raise ValueError(f"{name} must be a finite number {'>=' if low_ok else '>'} {low}, got {value!r}")
-
-def as_numpy(x, dtype=None) -> np.ndarray:
-    "A numpy array (at least 1-D) of a tensor, array or sequence, in `dtype` if given; shares memory where it can."
-    if isinstance(x, torch.Tensor): x = x.numpy(force=True)
-    return np.atleast_1d(np.asarray(x, dtype=dtype))
+__all__ = ['flushed', 'PrioritizedReplayBuffer', 'annealed_beta', 'draw_proportional', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
 def flushed(name:str, doc:str) -> property:
@@ -110,7 +97,7 @@ def _written(self:PrioritizedReplayBuffer, slots):
 def draw_proportional(tree:SumTree, rng:np.random.Generator, bs:int, beta:float):
     "`bs` leaves of `tree`, one drawn in each of `bs` equal segments of its total, and their float32 importance weights."
     u = (np.arange(bs) + rng.random(bs)) * (tree.total / bs)
-    idxs, leaves = tree._find(u)
+    idxs, leaves = tree.find_unchecked(u)
     return idxs, ((leaves / tree.min) ** -beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_min)^-β
 
 @patch
@@ -138,7 +125,7 @@ def update_priorities(self:PrioritizedReplayBuffer,
     if idxs.dtype.kind not in 'iu': raise ValueError(f"idxs must be integer slots, got {idxs[0]!r}")
     low, high, n = idxs.min(), idxs.max(), len(self)
     if low < 0 or high >= n: raise ValueError(f"idx {low if low < 0 else high} is not a written slot (the buffer holds {n})")
-    check_leaf_values(td, 'td_errors (magnitudes |td|)')
+    check_nonnegative(td, 'td_errors (magnitudes |td|)')
     self._flush()
     idxs, td = last_writes(idxs.astype(np.int64), td)
     sampled_at = self._sampled_at[idxs]
@@ -150,7 +137,7 @@ def update_priorities(self:PrioritizedReplayBuffer,
     if self.alpha > 1 and not leaves.max() < np.inf:  # with alpha <= 1 a finite priority cannot overflow
         raise ValueError(f"td_error {prios.max() - self.eps!r} overflows when raised to alpha={self.alpha}")
     self._priorities[idxs] = prios
-    self._tree._write(idxs, leaves)   # checked above, repeats removed
+    self._tree.update_unchecked(idxs, leaves)   # checked above, repeats removed
     self.max_priority = max(self.max_priority, float(prios.max()))
 
 # %% ../nbs/05_per.ipynb #e26967ad

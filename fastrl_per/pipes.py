@@ -6,7 +6,8 @@
 from __future__ import annotations
 from torch.utils.data import IterDataPipe
 from torch.utils.data.graph import traverse_dps
-from .core import SimpleStep, check_int
+from .core import SimpleStep
+from .checks import check_int
 
 # %% auto #0
 __all__ = ['register_functional', 'Header', 'StepPipe', 'UnbatchSteps', 'BatchSteps', 'find_upstream']

@@ -6,23 +6,17 @@
 from __future__ import annotations
 import torch
 from torch import nn
-from .core import check_int
+from .checks import check_int
 
 # %% auto #0
 __all__ = ['recurrent_param_count', 'RecurrentQNetwork']
-
-# %% ../nbs/10_recurrent.ipynb #99fd5cf4
-def _positive_int(name, v):
-    "`v` as an `int`, or `ValueError` naming it unless it is an integer >= 1"
-    check_int(name, v)
-    return int(v)
 
 # %% ../nbs/10_recurrent.ipynb #10406c73
 def recurrent_param_count(obs_dim:int, # size `d` of one observation
                           n_actions:int, # number of actions `A`
                          )->int: # trainable parameters of `RecurrentQNetwork(obs_dim, n_actions)`
     "Closed form `512(d+130) + 512·258 + 8256 + 65A` for the parameters of `RecurrentQNetwork`"
-    d, a = _positive_int('obs_dim', obs_dim), _positive_int('n_actions', n_actions)
+    d, a = check_int('obs_dim', obs_dim), check_int('n_actions', n_actions)
     return 512*(d+130) + 512*258 + 8256 + 65*a
 
 # %% ../nbs/10_recurrent.ipynb #ee628d33
@@ -34,8 +28,8 @@ class RecurrentQNetwork(nn.Module):
                  n_actions:int, # number of actions `A`
                 ):
         super().__init__()
-        self.obs_dim = _positive_int('obs_dim', obs_dim)
-        self.n_actions = _positive_int('n_actions', n_actions)
+        self.obs_dim = check_int('obs_dim', obs_dim)
+        self.n_actions = check_int('n_actions', n_actions)
         self.lstm1 = nn.LSTM(self.obs_dim, self.hidden, batch_first=True)
         self.lstm2 = nn.LSTM(self.hidden, self.hidden, batch_first=True)
         self.head = nn.Sequential(nn.Linear(self.hidden, self.head_hidden), nn.ReLU(),

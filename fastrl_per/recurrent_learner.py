@@ -10,13 +10,13 @@ import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
-from .core import SimpleStep, STEP_FIELDS, check_int
-from .per import check_number
+from .core import SimpleStep, STEP_FIELDS
 from .envs import GymStepper
 from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, PendingEpisodes
 from .recurrent import RecurrentQNetwork
 from .learner import (Learner, EpsilonGreedy, EpisodeReturns, TDTargets, WeightedLoss, OptimizerStep,
                                 TargetUpdate, AnnealBeta, TrainMetrics, discrete_env_dims)
+from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'WindowedEpsilonGreedy', 'SequenceSampler', 'last_step_windows',
@@ -85,7 +85,7 @@ def last_step_windows(batch:PrioritizedBatch) -> SimpleStep:
     fields = {n: getattr(chunks, n)[:, -1] for n in STEP_FIELDS}
     next_window = torch.cat([chunks.state[:, 1:], chunks.next_state[:, -1:]], 1)   # the window one step on
     fields.update(state=chunks.state, next_state=next_window)
-    return SimpleStep._from_fields(fields, idxs=batch.indices, weights=batch.weights)
+    return SimpleStep.from_fields(fields, idxs=batch.indices, weights=batch.weights)
 
 class LastStepWindows(IterDataPipe):
     "Turn each `PrioritizedBatch` of windows into a `SimpleStep` the DQN stages understand."

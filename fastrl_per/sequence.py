@@ -11,10 +11,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
 from fastcore.basics import patch
-from .core import SimpleStep, check_int
+from .core import SimpleStep
 from .memory import RingStorage, step_columns
-from .per import check_number, as_numpy, annealed_beta, draw_proportional
+from .per import annealed_beta, draw_proportional
 from .sumtree import SumTree, last_writes
+from .checks import check_int, check_number, as_numpy
 
 # %% auto #0
 __all__ = ['Episode', 'SequenceReplay', 'PrioritizedBatch', 'PrioritizedSequenceReplay', 'EpisodeAssembler', 'PendingEpisodes',

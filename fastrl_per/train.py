@@ -4,17 +4,15 @@
 
 # %% ../nbs/07_train.ipynb #212834da
 from __future__ import annotations
-import csv, os, sys
+import csv, sys
 from pathlib import Path
 import numpy as np
 import torch
 import gymnasium as gym
 from fastprogress.fastprogress import progress_bar
-from .core import check_int
-from .memory import save_atomically
-from .per import check_number
 from .learner import Learner
 from .recurrent_learner import RecurrentLearner
+from .checks import check_int, check_number, save_atomically, write_atomically
 
 # %% auto #0
 __all__ = ['METRIC_COLUMNS', 'save_checkpoint', 'load_checkpoint', 'read_metrics', 'plot_metrics', 'keep_metrics_until',
@@ -72,9 +70,9 @@ def keep_metrics_until(run_dir:Path, frame:int):
     with open(path, newline='') as f: rows = list(csv.reader(f))
     kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= frame]
     if len(kept) == len(rows): return
-    tmp = path.with_suffix('.tmp')
-    with open(tmp, 'w', newline='') as f: csv.writer(f).writerows(kept)
-    os.replace(tmp, path)
+    def write(tmp):
+        with open(tmp, 'w', newline='') as f: csv.writer(f).writerows(kept)
+    write_atomically(path, write)
 
 def learner_classes() -> dict:
     "The learners a run can use, by `--model` name."
