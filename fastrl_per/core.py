@@ -12,11 +12,11 @@ __all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'SimpleStep']
 
 # %% ../nbs/00_core.ipynb #b4d21a4c
 STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'reward',
-               'total_reward', 'env_id', 'step_n', 'episode_n')
+               'total_reward', 'env_id', 'step_n', 'episode_n', 'n_steps')
 
 FIELD_DTYPES = dict(terminated=torch.bool, truncated=torch.bool, reward=torch.float32,
                     total_reward=torch.float32, env_id=torch.int64, step_n=torch.int64,
-                    episode_n=torch.int64)
+                    episode_n=torch.int64, n_steps=torch.int32)
 
 def _as_field(name, value):
     "`value` as a tensor with the dtype of field `name` (floating states become float32)."
@@ -32,10 +32,12 @@ class SimpleStep:
     weights = None  # importance-sampling weights of a sampled batch
 
     def __init__(self, state, action, next_state, terminated=False, truncated=False, reward=0.,
-                 total_reward=0., env_id=0, step_n=0, episode_n=0):
+                 total_reward=0., env_id=0, step_n=0, episode_n=0, n_steps=1):
         values = (state, action, next_state, terminated, truncated, reward, total_reward,
-                  env_id, step_n, episode_n)
+                  env_id, step_n, episode_n, n_steps)
         for name, value in zip(STEP_FIELDS, values): setattr(self, name, _as_field(name, value))
+        if self.n_steps.dim() == 0 and self.is_batch:  # the default 1 (or any one count) for every step of a batch
+            self.n_steps = self.n_steps.expand(self.terminated.shape).clone()
 
     @classmethod
     def from_fields(cls, fields:dict, idxs=None, weights=None):
