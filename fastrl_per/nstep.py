@@ -40,7 +40,7 @@ class NStepTransitions(IterDataPipe):
             discount *= self.gamma
         fields = {name: getattr(first, name) for name in STEP_FIELDS}
         fields.update(next_state=last.next_state, terminated=last.terminated, truncated=last.truncated,
-                      reward=torch.tensor(ret, dtype=first.reward.dtype), n_steps=torch.tensor(k, dtype=torch.int32))
+                      reward=torch.scalar_tensor(ret, dtype=first.reward.dtype), n_steps=torch.scalar_tensor(k, dtype=torch.int32))
         return SimpleStep.from_fields(fields)
 
     def flush(self, window:deque):
@@ -50,14 +50,14 @@ class NStepTransitions(IterDataPipe):
             window.popleft()
 
     def __iter__(self):
-        windows = {}  # env_id -> deque of (step, reward) whose windows are open
+        windows = {}  # env_id -> deque of (step, reward, episode_n) whose windows are open
         for step in self.source_datapipe:
             _check_one_step(step)
-            window = windows.setdefault(int(step.env_id), deque())
-            if window and int(window[-1][0].episode_n) != int(step.episode_n):
-                raise ValueError(f"env {int(step.env_id)} moved from episode {int(window[-1][0].episode_n)} to "
-                                 f"{int(step.episode_n)} without a terminated or truncated step")
-            window.append((step, float(step.reward)))
+            env, episode = int(step.env_id), int(step.episode_n)
+            window = windows.setdefault(env, deque())
+            if window and window[-1][2] != episode:
+                raise ValueError(f"env {env} moved from episode {window[-1][2]} to {episode} without a terminated or truncated step")
+            window.append((step, float(step.reward), episode))
             if step.terminated or step.truncated: yield from self.flush(window)
             elif len(window) == self.n:
                 yield self.transition(window, self.n)
@@ -69,7 +69,7 @@ def _check_one_step(step):
     if not isinstance(step, SimpleStep) or step.is_batch:
         what = 'a SimpleStep batch' if isinstance(step, SimpleStep) else f"{type(step).__name__}: {step!r}"
         raise TypeError(f"nstep takes single SimpleSteps (call .unbatch() on a stream of batches first), got {what}")
-    if step.n_steps != 1:
+    if int(step.n_steps) != 1:
         raise ValueError(f"nstep takes one-step transitions, got one with n_steps={int(step.n_steps)} (is the stream already n-step?)")
 
 register_functional('nstep', NStepTransitions)
