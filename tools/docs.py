@@ -1,0 +1,132 @@
+"""Prepare the documentation pages: run every notebook in nbs/ and write it, outputs included, to _proc/ for
+mkdocs. Cells flagged `#| slow` (or `#| eval: false`) are skipped, as `nbdev_test` skips them; `#| hide` cells
+and directive lines are dropped; a notebook with `#| default_exp M` gets an API section for `fastrl_per.M`:
+signature, parameter comments (docments) and docstring of each name in `__all__` defined there.
+(nbdev's own `nbdev_docs` needs Quarto.) A cell that raises stops the build with its traceback."""
+import ast, importlib, inspect, re, sys
+from pathlib import Path
+from fastcore.docments import docments
+from fastcore.xtras import working_directory
+from fastcore.parallel import parallel
+from execnb.nbio import write_nb, mk_cell
+from execnb.shell import CaptureShell
+from nbdev.process import NBProcessor
+
+root = Path(__file__).parent.parent
+_re_dir = re.compile(r'^\s*#\|')
+_re_heading = re.compile(r'^(#+ .*)$', re.MULTILINE)
+
+def skipped(cell):
+    "Cells `nbdev_test` does not run: markdown, and code flagged `slow` or `eval: false`."
+    d = cell.directives_
+    return cell.cell_type != 'code' or 'slow' in d or d.get('eval:', [''])[0].lower() == 'false'
+
+class Source(str):
+    "An annotation shown as its source text (modules with `from __future__ import annotations` keep them as strings)."
+    def __repr__(self): return str(self)
+
+def as_written(annotation): return Source(annotation) if isinstance(annotation, str) else annotation
+
+def fmt_param(p, comment):
+    "`p` as written in a signature, with its parameter comment."
+    return f'    {p},' + (f'  # {comment}' if comment else '')
+
+def signature_md(name, obj, is_method=False):
+    "A python block with `name`'s signature, one parameter per line with its comment when any has one."
+    sig = inspect.signature(obj)
+    comments = docments(obj)
+    params = [p.replace(annotation=as_written(p.annotation)) for p in sig.parameters.values()
+              if not (is_method and p.name in ('self', 'cls'))]
+    no_ret = sig.return_annotation is sig.empty or inspect.isclass(obj)  # a dataclass's `__init__` returns None
+    ret = '' if no_ret else f' -> {inspect.formatannotation(as_written(sig.return_annotation))}'
+    ret += f'  # {comments["return"]}' if comments.get('return') else ''
+    kind = 'class' if inspect.isclass(obj) else 'def'
+    if not any(comments.get(p.name) for p in params): return f'```python\n{kind} {name}({", ".join(map(str, params))}){ret}\n```'
+    lines = '\n'.join(fmt_param(p, comments.get(p.name)) for p in params)
+    return f'```python\n{kind} {name}(\n{lines}\n){ret}\n```'
+
+def doc_md(obj):
+    "The docstring of `obj` as a paragraph, if it has one."
+    doc = inspect.getdoc(obj)
+    return f'\n\n{doc}' if doc else ''
+
+def member_md(cls, name, member):
+    "Docs of a public method or property of `cls`."
+    title = f'#### {cls.__name__}.{name}'
+    if isinstance(member, property): return f'{title} *(property)*' + doc_md(member)
+    return f'{title}\n\n' + signature_md(name, getattr(cls, name), is_method=True) + doc_md(getattr(cls, name))
+
+def is_documented_member(name, member):
+    "Public methods and properties are documented; plain class attributes and private names are not."
+    return not name.startswith('_') and (inspect.isfunction(member) or isinstance(member, (property, classmethod, staticmethod)))
+
+def name_md(name, obj):
+    "Docs of one exported name: a constant's value, a function's signature, or a class with its own public members."
+    if not callable(obj):
+        val = repr(obj)
+        return f'### {name}\n\n```python\n{name} = {val if len(val) < 300 else val[:300] + " ..."}\n```'
+    md = f'### {name}\n\n' + signature_md(name, obj) + doc_md(obj)
+    if not inspect.isclass(obj): return md
+    bases = ', '.join(f'`{b.__name__}`' for b in obj.__bases__ if b is not object)
+    if bases: md += f'\n\nBases: {bases}'
+    members = [member_md(obj, n, m) for n, m in vars(obj).items() if is_documented_member(n, m)]
+    return '\n\n'.join([md] + members)
+
+def defined_here(mod):
+    "Names in `mod.__all__` that `mod` defines itself (not the ones it imports again, as `fastrl_per.all` does)."
+    assigned = {t.id for node in ast.parse(inspect.getsource(mod)).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return [n for n in mod.__all__ if getattr(getattr(mod, n), '__module__', None) == mod.__name__ or n in assigned]
+
+def api_cells(modname):
+    "Markdown cells documenting `fastrl_per.<modname>`."
+    mod = importlib.import_module(f'fastrl_per.{modname}')
+    names = defined_here(mod)
+    if not names: return []
+    return [mk_cell(f'## API\n\nExported by `fastrl_per.{modname}`.', 'markdown')] + [
+        mk_cell(name_md(n, getattr(mod, n)), 'markdown') for n in names]
+
+def page_cells(cells):
+    "Cells as the page shows them: without `hide` cells and directive lines; a skipped cell says why it has no output."
+    res = []
+    for cell in cells:
+        if 'hide' in cell.directives_: continue
+        if cell.cell_type == 'code':
+            flagged = cell.source and skipped(cell)
+            cell.source = '\n'.join(l for l in cell.source.splitlines() if not _re_dir.match(l)).strip()
+            if not cell.source: continue
+            res.append(cell)
+            if flagged: res.append(mk_cell('*Not run when the docs are built (nor by `nbdev_test`).*', 'markdown'))
+        else:  # mkdocs-jupyter drops code spans from the titles in the navigation and the contents
+            cell.source = _re_heading.sub(lambda m: m.group(1).replace('`', ''), cell.source)
+            res.append(cell)
+    return res
+
+def build_page(path, dest):
+    "Run the notebook at `path` as `nbdev_test` does and write its page notebook to `dest`."
+    nb = NBProcessor(path).nb  # parses each cell's directives into `cell.directives_`
+    default_exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
+    shell = CaptureShell(path)
+    try:
+        with working_directory(path.parent): shell.run_all(nb, exc_stop=True, preproc=skipped)
+    except Exception:
+        sys.stderr.write(f'{path.name} failed:\n{shell.prettytb(fname=path)}\n')
+        return False
+    nb.cells = page_cells(nb.cells) + (api_cells(default_exp) if default_exp else [])
+    for i, cell in enumerate(nb.cells):
+        cell.pop('directives_', None); cell.pop('idx_', None)
+        cell.setdefault('id', f'page-{i}')  # the cells added here have none
+    write_nb(nb, dest/path.name)
+    return True
+
+def build_pages(dest=root/'_proc', n_workers=2):
+    "Write a page notebook to `dest` for every notebook in nbs/; return whether all of them ran."
+    dest.mkdir(exist_ok=True)
+    nbs = sorted((root/'nbs').glob('*.ipynb'))
+    return all(parallel(build_page, nbs, dest=dest, n_workers=n_workers, threadpool=False, chunksize=1))
+
+if __name__ == '__main__':
+    # Workers must find `build_page` in an importable module: IPython's shell replaces `__main__` in each worker.
+    sys.path.insert(0, str(Path(__file__).parent))
+    import docs
+    sys.exit(0 if docs.build_pages() else 1)
