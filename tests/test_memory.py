@@ -15,7 +15,7 @@ from torch.utils.data.graph import traverse_dps
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay
-from state_checks import assert_state_equal
+from conftest import assert_state_equal
 
 
 def make_step(i, state_dim=2):

@@ -1,4 +1,4 @@
-"Comparing buffer states in tests: shared by the test files."
+"Helpers shared by the test files: comparing buffer states, and a table of corrupted states."
 import torch
 
 
