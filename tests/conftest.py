@@ -1,4 +1,5 @@
-"Helpers shared by the test files: comparing buffer states, and a table of corrupted states."
+"Helpers shared by the test files: comparing buffer states before and after a call that must change nothing."
+import numpy as np
 import torch
 
 
@@ -15,3 +16,17 @@ def assert_state_equal(a, b):
             assert torch.equal(a[k], b[k]), f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
         else:
             assert a[k] == b[k], f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
+
+
+def snapshot(obj):
+    "The state and the tree leaves (None for a uniform buffer) of a buffer core or of a pipe around one."
+    buf = getattr(obj, 'buffer', obj)
+    return buf.state_dict(), (buf.tree[:] if hasattr(buf, 'tree') else None)
+
+
+def assert_unchanged(before, obj):
+    "`obj` has the state and tree leaves of `snapshot` `before`."
+    state, leaves = before
+    buf = getattr(obj, 'buffer', obj)
+    assert_state_equal(state, buf.state_dict())
+    if leaves is not None: assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"

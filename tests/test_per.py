@@ -8,7 +8,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay, ReplayBuffer
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from conftest import assert_state_equal
+from conftest import assert_state_equal, assert_unchanged, snapshot
 
 EPS = 1e-6          # the default eps
 CHI2_7DF_P001 = 24.322  # chi-square critical value, 7 degrees of freedom, p = 0.001 (any table)
@@ -39,19 +39,6 @@ def per_pipe(n, max_sz=8, bs=1, seed=0, start=0, **kwargs):
     return er
 
 
-
-
-def snapshot(obj):
-    "The state and the tree leaves of a buffer core or of a pipe around one."
-    buf = getattr(obj, 'buffer', obj)
-    return buf.state_dict(), buf.tree[:]
-
-
-def assert_unchanged(before, obj):
-    state, leaves = before
-    buf = getattr(obj, 'buffer', obj)
-    assert_state_equal(state, buf.state_dict())
-    assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"
 
 
 def chi_square(counts, probs):
