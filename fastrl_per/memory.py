@@ -205,7 +205,7 @@ class ReplayBuffer(BufferCore):
         if isinstance(steps, (list, tuple)) and not steps: return np.zeros(0, np.int64)
         columns = step_columns(steps)
         with self.lock:
-            self._flush()
+            self.flush()
             slots = self.storage.write(columns)
             if len(slots): self._written(int(slots[0]), len(slots))
         return slots
@@ -215,11 +215,12 @@ class ReplayBuffer(BufferCore):
         with self.lock:
             slot = self.storage.write_step(step)
             self._unhooked += 1
-            if self._unhooked >= min(self.hook_every, self.max_sz): self._flush()  # a batch never laps the ring
+            if self._unhooked >= min(self.hook_every, self.max_sz): self.flush()  # a batch never laps the ring
         return np.array([slot])
 
-    def _flush(self):
-        "Run `_written` for the single steps written since it last ran (call it holding the lock)."
+    @locked
+    def flush(self):
+        "Run `_written` for the single steps written since it last ran: the bookkeeping is then up to date."
         k, self._unhooked = self._unhooked, 0
         if k: self._written((self.storage.n_added - k) % self.max_sz, k)
 
@@ -235,7 +236,7 @@ class ReplayBuffer(BufferCore):
         "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`."
         bs = self.bs if bs is None else check_int('bs', bs)
         if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
-        self._flush()
+        self.flush()
         idxs, weights = self._draw(bs)
         batch = self.storage.gather(idxs)
         batch.idxs, batch.weights = torch.from_numpy(np.asarray(idxs, np.int64)), torch.from_numpy(weights)
@@ -244,7 +245,7 @@ class ReplayBuffer(BufferCore):
     @locked
     def state_dict(self) -> dict:
         "Everything needed to restore the buffer, sampler included, as tensors and plain values."
-        self._flush()
+        self.flush()
         return dict(kind=type(self).__name__, version=self.schema_version, max_sz=self.max_sz, bs=self.bs,
                     n_added=self.storage.n_added, columns=self.storage.state(), rng=json.dumps(self.rng.bit_generator.state))
 

@@ -30,7 +30,7 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def prioritizer(self) -> Priorities:
         "The priority core, caught up with every stored step."
         with self.lock:
-            self._flush()
+            self.flush()
             return self._core
 
     priorities = property(lambda self: self.prioritizer.raw, doc="Raw priority |td| + eps of each slot (0: never written).")
