@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sequence.ipynb #d960189c
 from __future__ import annotations
-import json, math
+import json
 from collections import deque
 from dataclasses import dataclass
 import numpy as np
