@@ -13,6 +13,7 @@ from .nstep import *
 from .envs import *
 from .memory import *
 from .sumtree import *
+from .priorities import *
 from .per import *
 from .learner import *
 from .train import *
@@ -22,5 +23,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'memory', 'sumtree', 'priorities', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]

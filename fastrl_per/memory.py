@@ -4,16 +4,18 @@
 
 # %% ../nbs/03_memory.ipynb #3fae7678
 from __future__ import annotations
-import json, math
+import functools, json, math, threading
 from operator import attrgetter
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
-from .core import SimpleStep, STEP_FIELDS
+from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES
+from .priorities import check_tensor
 from .checks import check_int, save_atomically
 
 # %% auto #0
-__all__ = ['step_columns', 'packed_dtype', 'RingStorage', 'MemoryView', 'ReplayBuffer', 'ExperienceReplay']
+__all__ = ['step_columns', 'packed_dtype', 'RingStorage', 'MemoryView', 'locked', 'BufferCore', 'check_state_header',
+           'rng_of_state', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -121,9 +123,13 @@ class RingStorage:
         check_int('n_added', n_added, low=0)
         if (columns is None) != (n_added == 0): raise ValueError(f"state has n_added {n_added} but {'no' if columns is None else 'some'} columns")
         if columns is None: return
-        if set(columns) != set(STEP_FIELDS): raise ValueError(f"state columns {sorted(columns)} are not the SimpleStep fields")
+        if not isinstance(columns, dict) or set(columns) != set(STEP_FIELDS): raise ValueError(f"state columns must be a dict of the SimpleStep fields, got {columns!r:.200}")
         for n, c in columns.items():
-            if len(c) != self.max_sz: raise ValueError(f"state column {n!r} has {len(c)} rows, expected {self.max_sz}")
+            check_tensor(f'column {n}', c, self.max_sz, FIELD_DTYPES.get(n), one_d=n in FIELD_DTYPES)
+            if c.is_floating_point() and c.dtype != torch.float32:
+                raise ValueError(f"state column {n!r} has dtype {c.dtype}: floating fields are stored as float32")
+        if columns['state'].shape != columns['next_state'].shape or columns['state'].dtype != columns['next_state'].dtype:
+            raise ValueError("state columns 'state' and 'next_state' must have one shape and dtype")
 
     def nbytes(self): return 0 if self.rows is None else self.rows.nbytes
 
@@ -139,10 +145,40 @@ class MemoryView:
         return self.storage.gather(np.array([i % len(self)]))[0]
     def __iter__(self): return (self[i] for i in range(len(self)))
 
+# %% ../nbs/03_memory.ipynb #35479b71
+def locked(method):
+    "`method` run while holding its object's `lock`."
+    @functools.wraps(method)
+    def run_locked(self, *args, **kwargs):
+        with self.lock: return method(self, *args, **kwargs)
+    return run_locked
+
+class BufferCore:
+    "Base of the buffer cores: a re-entrant `lock` that their public methods hold. Copies and pickles get a lock of their own."
+    def __init__(self): self.lock = threading.RLock()
+    def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}
+    def __setstate__(self, state): self.__dict__.update(state); self.lock = threading.RLock()
+
+def check_state_header(obj, state, keys:set):
+    "Raise a `ValueError` unless `state` is a dict with `keys`, saved by a buffer of `obj`'s kind and schema version."
+    if not isinstance(state, dict): raise ValueError(f"a buffer state is a dict, got {type(state).__name__}")
+    missing = set(keys) - set(state)
+    if missing: raise ValueError(f"buffer state is missing {sorted(missing)}")
+    if state['kind'] != type(obj).__name__: raise ValueError(f"state of a {state['kind']} cannot load into a {type(obj).__name__}")
+    if state['version'] != obj.schema_version: raise ValueError(f"buffer state version {state['version']!r}, this code reads {obj.schema_version}")
+
+def rng_of_state(text) -> np.random.Generator:
+    "The sampler saved as `json.dumps(rng.bit_generator.state)`; a `ValueError` if `text` is not one."
+    rng = np.random.default_rng()
+    try: rng.bit_generator.state = json.loads(text)
+    except (TypeError, ValueError, KeyError) as e: raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
+    return rng
+
 # %% ../nbs/03_memory.ipynb #0c801855
-class ReplayBuffer:
+class ReplayBuffer(BufferCore):
     "Ring buffer of transitions with uniform sampling of distinct slots."
     schema_version = 1
+    hook_every = 1024  # single steps written before `_written` runs for all of them
 
     def __init__(self,
                  max_sz:int=100, # transitions kept; the oldest are overwritten first
@@ -150,83 +186,88 @@ class ReplayBuffer:
                  seed:int|None=None): # seeds the sampler
         check_int('max_sz', max_sz); check_int('bs', bs)
         if bs > max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({max_sz})")
+        super().__init__()
         self.bs, self.storage, self.rng = bs, RingStorage(max_sz), np.random.default_rng(seed)
         self._unhooked = 0  # single steps written since `_written` last ran
-
-    hook_every = 1024  # single steps written before `_written` runs for all of them
 
     @property
     def max_sz(self): return self.storage.max_sz
     @property
     def memory(self): return MemoryView(self.storage)
     def __len__(self): return self.storage.sz
+    sz = property(lambda self: self.storage.sz, doc="Steps stored: fastrl's `_sz_tracker`.")
+    idx = property(lambda self: self.storage.idx, doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
+    cycle = property(lambda self: self.storage.cycle, doc="Completed trips round the ring: fastrl's `_cycle_tracker`.")
 
     def add(self, steps) -> np.ndarray:
         "Store one `SimpleStep`, a batch or a list of them; return their slots."
         if isinstance(steps, SimpleStep) and not steps.is_batch: return self._add_one(steps)
         if isinstance(steps, (list, tuple)) and not steps: return np.zeros(0, np.int64)
         columns = step_columns(steps)
-        self._flush()
-        slots = self.storage.write(columns)
-        self._written(slots)
+        with self.lock:
+            self.flush()
+            slots = self.storage.write(columns)
+            if len(slots): self._written(int(slots[0]), len(slots))
         return slots
 
     def _add_one(self, step:SimpleStep) -> np.ndarray:
         "Write one step now; `_written` runs for it with the next batch of single steps."
-        slot = self.storage.write_step(step)
-        self._unhooked += 1
-        if self._unhooked >= min(self.hook_every, self.max_sz): self._flush()  # a batch never laps the ring
+        with self.lock:
+            slot = self.storage.write_step(step)
+            self._unhooked += 1
+            if self._unhooked >= min(self.hook_every, self.max_sz): self.flush()  # a batch never laps the ring
         return np.array([slot])
 
-    def _flush(self):
-        "Run `_written` for the single steps written since it last ran."
+    @locked
+    def flush(self):
+        "Run `_written` for the single steps written since it last ran: the bookkeeping is then up to date."
         k, self._unhooked = self._unhooked, 0
-        if k: self._written((self.storage.n_added - k + np.arange(k)) % self.max_sz)
+        if k: self._written((self.storage.n_added - k) % self.max_sz, k)
 
-    def _written(self, slots): "Hook for subclasses: `slots` were just (over)written."
+    def _written(self, start:int, n:int): "Hook: slots `start`, ..., `start + n - 1` (mod max_sz) were just (over)written."
 
-    def _draw(self, bs):
-        "Slots and importance weights of one batch: distinct slots, weights all one."
+    def _draw(self, bs:int):
+        "Hook: the slots and importance weights of one batch; here distinct slots, weights all one."
+        if bs > len(self): raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {len(self)}")
         return self.rng.choice(len(self), size=bs, replace=False), np.ones(bs, np.float32)
 
-    def _check_sample(self, bs):
-        check_int('bs', bs)
-        if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
-        if bs > len(self): raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {len(self)}")
-
+    @locked
     def sample(self, bs:int|None=None) -> SimpleStep:
         "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`."
-        bs = self.bs if bs is None else bs
-        self._check_sample(bs)
-        self._flush()
+        bs = self.bs if bs is None else check_int('bs', bs)
+        if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
+        self.flush()
         idxs, weights = self._draw(bs)
         batch = self.storage.gather(idxs)
         batch.idxs, batch.weights = torch.from_numpy(np.asarray(idxs, np.int64)), torch.from_numpy(weights)
         return batch
 
+    @locked
     def state_dict(self) -> dict:
         "Everything needed to restore the buffer, sampler included, as tensors and plain values."
+        self.flush()
         return dict(kind=type(self).__name__, version=self.schema_version, max_sz=self.max_sz, bs=self.bs,
                     n_added=self.storage.n_added, columns=self.storage.state(), rng=json.dumps(self.rng.bit_generator.state))
 
-    def _check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` fits this buffer."
-        if not isinstance(state, dict): raise ValueError(f"a buffer state is a dict, got {type(state).__name__}")
-        missing = {'kind', 'version', 'max_sz', 'bs', 'n_added', 'columns', 'rng'} - set(state)
-        if missing: raise ValueError(f"buffer state is missing {sorted(missing)}")
-        if state['kind'] != type(self).__name__: raise ValueError(f"state of a {state['kind']} cannot load into a {type(self).__name__}")
-        if state['version'] != self.schema_version: raise ValueError(f"buffer state version {state['version']!r}, this code reads {self.schema_version}")
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` loads into this buffer; checks all that `load_state_dict` assigns."
+        check_state_header(self, state, {'kind', 'version', 'max_sz', 'bs', 'n_added', 'columns', 'rng'})
         if state['max_sz'] != self.max_sz: raise ValueError(f"state has max_sz {state['max_sz']}, this buffer {self.max_sz}")
+        check_int('state bs', state['bs'])
+        if state['bs'] > self.max_sz: raise ValueError(f"state bs ({state['bs']}) cannot be larger than max_sz ({self.max_sz})")
         self.storage.check_saved(state['n_added'], state['columns'])
+        rng_of_state(state['rng'])
 
-    def load_state_dict(self, state:dict):
-        "Restore from `state_dict()`; a state that does not fit raises `ValueError` and changes nothing."
-        self._check_state(state)
-        rng = np.random.default_rng()
-        try: rng.bit_generator.state = json.loads(state['rng'])
-        except (TypeError, ValueError, KeyError) as e: raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
-        self.bs, self.rng, self._unhooked = state['bs'], rng, 0
+    def _assign(self, state:dict):
+        "Take over a checked `state`."
+        self.bs, self.rng, self._unhooked = state['bs'], rng_of_state(state['rng']), 0
         self.storage.load(state['n_added'], state['columns'])
+
+    @locked
+    def load_state_dict(self, state:dict):
+        "Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
+        self.check_state(state)
+        self._assign(state)
 
     def save(self, path):
         "Write the state to one file at `path`, atomically (a failed save leaves the old file)."
@@ -269,12 +310,10 @@ class ExperienceReplay(IterDataPipe):
     def max_sz(self): return self.buffer.max_sz
     @property
     def memory(self): return self.buffer.memory
-    @property
-    def _sz_tracker(self): return self.buffer.storage.sz
-    @property
-    def _idx_tracker(self): return self.buffer.storage.idx
-    @property
-    def _cycle_tracker(self): return self.buffer.storage.cycle
+    sz = property(lambda self: self.buffer.sz, doc="Steps stored.")
+    idx = property(lambda self: self.buffer.idx, doc="One past the last written slot (0 when empty).")
+    cycle = property(lambda self: self.buffer.cycle, doc="Completed trips round the ring.")
+    _sz_tracker, _idx_tracker, _cycle_tracker = sz, idx, cycle   # fastrl's names
     def state_dict(self): return self.buffer.state_dict()
     def load_state_dict(self, state): self.buffer.load_state_dict(state)
     def save(self, path): self.buffer.save(path)

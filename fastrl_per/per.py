@@ -4,28 +4,17 @@
 
 # %% ../nbs/05_per.ipynb #bdb8eed4
 from __future__ import annotations
-import math
 import numpy as np
-import torch
-from .memory import ReplayBuffer, ExperienceReplay
-from .sumtree import SumTree, last_writes
-from fastcore.basics import patch
-from .checks import check_int, check_number, as_numpy, check_nonnegative
+from .memory import ReplayBuffer, ExperienceReplay, locked
+from .priorities import Priorities, PriorityKnobs, feedback_arrays
 
 # %% auto #0
-__all__ = ['flushed', 'PrioritizedReplayBuffer', 'annealed_beta', 'draw_proportional', 'PrioritizedExperienceReplay']
+__all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
-def flushed(name:str, doc:str) -> property:
-    "A read-only property giving attribute `name` once `_written` has run for every stored step."
-    def get(self):
-        self._flush()
-        return getattr(self, name)
-    return property(get, doc=doc)
-
-class PrioritizedReplayBuffer(ReplayBuffer):
-    "Ring buffer sampled in proportion to priority, with importance-sampling weights."
-    schema_version = 1
+class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
+    "A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: drawn in proportion to priority."
+    schema_version = 2
 
     def __init__(self,
                  max_sz:int=100, # transitions kept; the oldest are overwritten first
@@ -34,142 +23,46 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                  beta:float=0.4, # importance-sampling exponent at the start of training
                  eps:float=1e-6, # added to every |TD error| so each transition stays drawable
                  seed:int|None=None): # seeds the sampler
-        check_number('alpha', alpha); check_number('beta', beta); check_number('eps', eps, low_ok=False)
         super().__init__(max_sz=max_sz, bs=bs, seed=seed)
-        self._alpha, self._beta, self.beta0, self.eps = float(alpha), float(beta), float(beta), float(eps)
-        self.max_priority = 1.0
-        self._priorities = np.zeros(max_sz)
-        self._tree = SumTree(max_sz)
-        self._writes = np.zeros(max_sz, np.int32)
-        self._sampled_at = np.full(max_sz, -1, np.int32)
+        self._core = Priorities(max_sz, alpha=alpha, beta=beta, eps=eps)
 
-    priorities = flushed('_priorities', "Raw priority |td| + eps of each slot (0: never written).")
-    tree = flushed('_tree', "`SumTree` of priority ** alpha.")
-    writes = flushed('_writes', "How many times each slot was written.")
-    sampled_at = flushed('_sampled_at', "`writes` of each slot when it was last sampled (-1: never sampled).")
+    @property
+    def prioritizer(self) -> Priorities:
+        "The priority core, caught up with every stored step."
+        with self.lock:
+            self.flush()
+            return self._core
 
-# %% ../nbs/05_per.ipynb #6ca93446
-@patch(as_prop=True)
-def alpha(self:PrioritizedReplayBuffer): return self._alpha
+    priorities = property(lambda self: self.prioritizer.raw, doc="Raw priority |td| + eps of each slot (0: never written).")
+    writes = property(lambda self: self.prioritizer.writes, doc="How many times each slot was written.")
+    sampled_at = property(lambda self: self.prioritizer.sampled_at, doc="`writes` of each slot when it was last sampled (-1: never).")
 
-@patch
-def set_alpha(self:PrioritizedReplayBuffer, value):
-    "Set alpha and re-lay the tree from the raw priorities."
-    check_number('alpha', value)
-    self._alpha = float(value)
-    n = len(self)
-    if n: self.tree.update(np.arange(n), self.priorities[:n] ** self._alpha)
+    # What prioritization changes in the ring buffer: new steps enter at the largest priority, the draw is proportional
+    def _written(self, start, n): self._core.add(start, n)
+    def _draw(self, bs): return self._core.draw(self.rng, bs)
 
-@patch(as_prop=True)
-def beta(self:PrioritizedReplayBuffer): return self._beta
+    @locked
+    def update_priorities(self,
+                          idxs, # slots, as in a sampled batch's `idxs`
+                          td_errors): # signed TD error per slot; its magnitude is stored
+        "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins; stale updates are dropped)."
+        idxs, td = feedback_arrays(idxs, td_errors)
+        if len(idxs) and not (idxs.min() >= 0 and idxs.max() < len(self)):
+            raise ValueError(f"idx {idxs.min() if idxs.min() < 0 else idxs.max()} is not a written slot (the buffer holds {len(self)})")
+        self.prioritizer.update(idxs, td)
 
-@patch
-def set_beta(self:PrioritizedReplayBuffer, value):
-    check_number('beta', value)
-    self._beta = float(value)
-
-def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
-    "Beta after `fraction` of training, moving linearly from `beta0` to `final`."
-    check_number('fraction', fraction)
-    if fraction > 1: raise ValueError(f"fraction is training progress in [0, 1], got {fraction!r}")
-    check_number('final', final)
-    return beta0 + fraction * (final - beta0)
-
-@patch
-def anneal_beta(self:PrioritizedReplayBuffer,
-                fraction:float, # training progress in [0, 1]
-                final:float=1.0): # beta at the end of training
-    "Move beta linearly from its starting value to `final`: beta0 + fraction * (final - beta0)."
-    self.set_beta(annealed_beta(self.beta0, fraction, final))
-
-# %% ../nbs/05_per.ipynb #e20bd0c4
-@patch
-def _written(self:PrioritizedReplayBuffer, slots):
-    if not len(slots): return
-    self._priorities[slots] = self.max_priority
-    leaf = np.full(1, self.max_priority) ** self.alpha  # numpy's power, as when the tree is re-laid
-    head = min(len(slots), self.max_sz - int(slots[0]))  # slots run to the end of the ring, then on from 0
-    self._tree.set_range(int(slots[0]), np.repeat(leaf, head))
-    if head < len(slots): self._tree.set_range(0, np.repeat(leaf, len(slots) - head))
-    self._writes[slots] += 1
-
-# %% ../nbs/05_per.ipynb #d6f7b6ab
-def draw_proportional(tree:SumTree, rng:np.random.Generator, bs:int, beta:float):
-    "`bs` leaves of `tree`, one drawn in each of `bs` equal segments of its total, and their float32 importance weights."
-    u = (np.arange(bs) + rng.random(bs)) * (tree.total / bs)
-    idxs, leaves = tree.find_unchecked(u)
-    return idxs, ((leaves / tree.min) ** -beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_min)^-β
-
-@patch
-def _check_sample(self:PrioritizedReplayBuffer, bs):
-    check_int('bs', bs)
-    if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
-    total = self.tree.total
-    if not (math.isfinite(total) and total > 0): raise ValueError(f"total priority must be positive and finite, got {total!r}")
-
-@patch
-def _draw(self:PrioritizedReplayBuffer, bs):
-    idxs, weights = draw_proportional(self._tree, self.rng, bs, self.beta)
-    self._sampled_at[idxs] = self._writes[idxs]
-    return idxs, weights
-
-# %% ../nbs/05_per.ipynb #90a13661
-@patch
-def update_priorities(self:PrioritizedReplayBuffer,
-                      idxs, # slots, as in a sampled batch's `idxs`
-                      td_errors): # |TD error| per slot
-    "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins)."
-    idxs, td = as_numpy(idxs), as_numpy(td_errors, np.float64)
-    if idxs.ndim != 1 or idxs.shape != td.shape: raise ValueError(f"got {idxs.size} idxs but {td.size} td_errors, expected two 1-d arrays of one length")
-    if not len(idxs): return
-    if idxs.dtype.kind not in 'iu': raise ValueError(f"idxs must be integer slots, got {idxs[0]!r}")
-    low, high, n = idxs.min(), idxs.max(), len(self)
-    if low < 0 or high >= n: raise ValueError(f"idx {low if low < 0 else high} is not a written slot (the buffer holds {n})")
-    check_nonnegative(td, 'td_errors (magnitudes |td|)')
-    self._flush()
-    idxs, td = last_writes(idxs.astype(np.int64), td)
-    sampled_at = self._sampled_at[idxs]
-    fresh = (sampled_at == self._writes[idxs]) | (sampled_at < 0)
-    if not fresh.all(): idxs, td = idxs[fresh], td[fresh]
-    if not len(idxs): return
-    prios = td + self.eps
-    leaves = prios ** self.alpha
-    if self.alpha > 1 and not leaves.max() < np.inf:  # with alpha <= 1 a finite priority cannot overflow
-        raise ValueError(f"td_error {prios.max() - self.eps!r} overflows when raised to alpha={self.alpha}")
-    self._priorities[idxs] = prios
-    self._tree.update_unchecked(idxs, leaves)   # checked above, repeats removed
-    self.max_priority = max(self.max_priority, float(prios.max()))
-
-# %% ../nbs/05_per.ipynb #e26967ad
-@patch
-def state_dict(self:PrioritizedReplayBuffer) -> dict:
-    return dict(super(PrioritizedReplayBuffer, self).state_dict(),
-                priorities=torch.from_numpy(self.priorities.copy()), writes=torch.from_numpy(self.writes.copy()),
-                sampled_at=torch.from_numpy(self.sampled_at.copy()), max_priority=self.max_priority,
-                alpha=self.alpha, beta=self.beta, beta0=self.beta0, eps=self.eps)
-
-@patch
-def load_state_dict(self:PrioritizedReplayBuffer, state:dict):
-    self._check_state(state)
-    missing = {'priorities', 'writes', 'sampled_at', 'max_priority', 'alpha', 'beta', 'beta0', 'eps'} - set(state)
-    if missing: raise ValueError(f"prioritized buffer state is missing {sorted(missing)}")
-    for name in ('priorities', 'writes', 'sampled_at'):
-        if len(state[name]) != self.max_sz: raise ValueError(f"state {name!r} has {len(state[name])} entries, expected {self.max_sz}")
-    n = min(state['n_added'], self.max_sz)
-    prios = state['priorities'].numpy()
-    if n and not (np.isfinite(prios[:n]).all() and (prios[:n] > 0).all()):
-        raise ValueError("state priorities must be finite and positive")
-    for name in ('alpha', 'beta', 'beta0', 'max_priority'): check_number(name, state[name])
-    check_number('eps', state['eps'], low_ok=False)
-    super(PrioritizedReplayBuffer, self).load_state_dict(state)
-    self._alpha, self._beta, self.beta0, self.eps = state['alpha'], state['beta'], state['beta0'], state['eps']
-    self.max_priority = state['max_priority']
-    self._priorities, self._writes, self._sampled_at = (state[k].numpy().copy() for k in ('priorities', 'writes', 'sampled_at'))
-    self._tree = SumTree(self.max_sz)
-    if n: self._tree.update(np.arange(n), self._priorities[:n] ** self._alpha)
+    # The state: the ring's, plus the core's at the written slots
+    def state_dict(self) -> dict:
+        with self.lock: return dict(super().state_dict(), **self.prioritizer.state_dict(np.arange(len(self))))
+    def check_state(self, state:dict):
+        super().check_state(state)
+        self._core.check_state(state, min(state['n_added'], self.max_sz))
+    def _assign(self, state:dict):
+        super()._assign(state)
+        self._core.load_state_dict(state, np.arange(len(self)))
 
 # %% ../nbs/05_per.ipynb #6d437cd5
-class PrioritizedExperienceReplay(ExperienceReplay):
+class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
     "Store every step from `source_datapipe`; once `bs` are stored, yield a prioritized batch per incoming item."
     def __init__(self,
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
@@ -183,17 +76,6 @@ class PrioritizedExperienceReplay(ExperienceReplay):
         buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
         super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer)
 
+    lock = property(lambda self: self.buffer.lock)
+    prioritizer = property(lambda self: self.buffer.prioritizer)
     def update_priorities(self, idxs, td_errors): self.buffer.update_priorities(idxs, td_errors)
-    def anneal_beta(self, fraction, final=1.0): self.buffer.anneal_beta(fraction, final)
-    @property
-    def max_priority(self): return self.buffer.max_priority
-    @property
-    def eps(self): return self.buffer.eps
-    @property
-    def alpha(self): return self.buffer.alpha
-    @alpha.setter
-    def alpha(self, value): self.buffer.set_alpha(value)
-    @property
-    def beta(self): return self.buffer.beta
-    @beta.setter
-    def beta(self, value): self.buffer.set_beta(value)

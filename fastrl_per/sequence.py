@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_sequence.ipynb #d960189c
 from __future__ import annotations
-import json, math
+import json
 from collections import deque
 from dataclasses import dataclass
 import numpy as np
@@ -12,10 +12,9 @@ import torch
 from torch.utils.data import IterDataPipe
 from fastcore.basics import patch
 from .core import SimpleStep
-from .memory import RingStorage, step_columns
-from .per import annealed_beta, draw_proportional
-from .sumtree import SumTree, last_writes
-from .checks import check_int, check_number, as_numpy
+from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header, rng_of_state
+from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor
+from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['Episode', 'SequenceReplay', 'PrioritizedBatch', 'PrioritizedSequenceReplay', 'EpisodeAssembler', 'PendingEpisodes',
@@ -75,7 +74,7 @@ class _WindowMax:
     def max(self): return self.q[0][1] if self.q else None
 
 # %% ../nbs/09_sequence.ipynb #1a8ffbaa
-class SequenceReplay:
+class SequenceReplay(BufferCore):
     "Whole episodes in a ring of `capacity` transitions, sampled as chunks of consecutive steps."
     schema_version = 1
     min_slots = 256  # episode slots allocated at first; doubled when full, never more than `capacity`
@@ -85,6 +84,7 @@ class SequenceReplay:
                  *,
                  seed:int|None=None): # seeds the sampler
         check_int('capacity', capacity)
+        super().__init__()
         self.capacity, self.rng = int(capacity), np.random.default_rng(seed)
         self.storage = RingStorage(self.capacity)
         self.first_id = self.next_id = 0      # stored episodes have ids first_id, ..., next_id - 1
@@ -114,6 +114,7 @@ class SequenceReplay:
 
 # %% ../nbs/09_sequence.ipynb #553b4b3d
 @patch
+@locked
 def add(self:SequenceReplay,
         episode:Episode): # an Episode, or anything `Episode()` accepts
     "Store a whole episode, evicting the oldest episodes until it fits."
@@ -178,6 +179,7 @@ def _gather(self:SequenceReplay, slots, offsets, length) -> SimpleStep:
     return self.storage.gather(rows % self.capacity)
 
 @patch
+@locked
 def sample(self:SequenceReplay,
            batch_size:int, # chunks in the batch
            length:int): # consecutive steps per chunk
@@ -191,6 +193,7 @@ def sample(self:SequenceReplay,
     return self._gather(slots[k], u - (ends[k] - counts[k]), length)
 
 @patch
+@locked
 def episode(self:SequenceReplay, id:int) -> Episode:
     "The stored episode with id `id`."
     if not self.first_id <= id < self.next_id:
@@ -210,8 +213,10 @@ class PrioritizedBatch:
     def to(self, device): return PrioritizedBatch(self.chunks.to(device), self.indices.to(device), self.weights.to(device))
 
 # %% ../nbs/09_sequence.ipynb #1c33e983
-class PrioritizedSequenceReplay(SequenceReplay):
-    "Sequence replay that draws episodes in proportion to priority ** alpha, with importance weights."
+class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
+    "Sequence replay plus a `Priorities` core keyed by the slot of each stable episode id: episodes drawn in proportion to priority ** alpha."
+    schema_version = 2
+
     def __init__(self,
                  capacity:int=1_000_000, # as SequenceReplay, in transitions
                  alpha:float=0.6, # how much prioritization is used; 0 is uniform over episodes
@@ -219,84 +224,49 @@ class PrioritizedSequenceReplay(SequenceReplay):
                  epsilon:float=1e-6, # added to every |error| so an episode stays drawable
                  *,
                  seed:int|None=None): # seeds the sampler
-        check_number('alpha', alpha); check_number('beta', beta); check_number('epsilon', epsilon, low_ok=False)
-        self._alpha, self._beta, self.beta0, self.epsilon = float(alpha), float(beta), float(beta), float(epsilon)
-        self.max_priority = 1.0   # largest raw priority seen; new episodes enter with it
-        self.tree_length = 1      # the tree holds the episodes with at least this many transitions
+        check_number('epsilon', epsilon, low_ok=False)
         super().__init__(capacity, seed=seed)
+        self.prioritizer = Priorities(self.n_slots, alpha=alpha, beta=beta, eps=epsilon, stale_rule=False)  # ids are never reused
+        self.tree_length = 1      # the tree holds the episodes with at least this many transitions
 
-    def _alloc(self, n):
-        super()._alloc(n)
-        self._prios = np.zeros(n)   # raw priorities |error| + epsilon; 0 for an empty slot
-        self.tree = SumTree(n)      # p ** alpha of the eligible episodes, 0 elsewhere
+    epsilon = property(lambda self: self.prioritizer.eps, doc="Added to every |error|.")
 
-    def _leaves(self, slots):
-        "Tree leaves of `slots`: priority ** alpha where the episode is long enough for `tree_length`, else 0."
-        return np.where(self._lengths[slots] >= self.tree_length, self._prios[slots] ** self._alpha, 0.)
-
-    def _relay(self):
-        "Recompute every stored episode's leaf (after alpha, tree_length or the slots changed)."
-        slots = self._slots(self.ids)
-        self.tree.update(slots, self._leaves(slots))
-
-    def _added(self, slot):
-        self._prios[slot] = self.max_priority
-        self.tree.update([slot], self._leaves([slot]))
-
-    def _evicted(self, slots):
-        self._prios[slots] = 0.
-        self.tree.update(slots, np.zeros(len(slots)))
-
+    # What prioritization changes in the episode ring: each new episode enters at the largest priority
+    # (in the draw if long enough), an evicted one leaves, and growing the slots moves the priorities along
+    def _added(self, slot): self.prioritizer.add(slot, 1, active=self._lengths[slot] >= self.tree_length)
+    def _evicted(self, slots): self.prioritizer.remove(slots)
     def _grow(self):
-        prios = self._prios
         old, new = super()._grow()
-        self._prios[new] = prios[old]
-        self._relay()
+        self.prioritizer = self.prioritizer.moved(self.n_slots, old, new)
         return old, new
 
+    # The state: the episode ring's, plus the core's for the stored episodes in id order
+    def state_dict(self) -> dict:
+        with self.lock:
+            return dict(super().state_dict(), **self.prioritizer.state_dict(self._slots(self.ids)), tree_length=self.tree_length)
+    def check_state(self, state:dict):
+        super().check_state(state)
+        if 'tree_length' not in state: raise ValueError("prioritized buffer state is missing ['tree_length']")
+        check_int('tree_length', state['tree_length'])
+        self.prioritizer.check_state(state, state['next_id'] - state['first_id'])
+    def _assign(self, state:dict):
+        super()._assign(state)
+        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False)
+        core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
+        self.prioritizer, self.tree_length = core, state['tree_length']
+
 # %% ../nbs/09_sequence.ipynb #2c415fa0
-@patch
-def _check_leaves(self:PrioritizedSequenceReplay, prios, alpha):
-    "Raise a `ValueError` if some `prios ** alpha` is not finite."
-    with np.errstate(over='ignore'): leaves = np.asarray(prios, np.float64) ** alpha
-    if not np.isfinite(leaves).all():
-        raise ValueError(f"priority {np.asarray(prios)[~np.isfinite(leaves)][0]!r} ** alpha {alpha!r} overflows")
-    with np.errstate(over='ignore'): total = leaves.sum()
-    if not math.isfinite(total): raise ValueError(f"with alpha {alpha!r} the total priority overflows")
-
-@patch
-def set_alpha(self:PrioritizedSequenceReplay, value):
-    "Set alpha and re-lay the tree from the raw priorities."
-    check_number('alpha', value)
-    self._check_leaves(self.priorities(), float(value))
-    self._alpha = float(value)
-    self._relay()
-
-@patch
-def set_beta(self:PrioritizedSequenceReplay, value):
-    check_number('beta', value)
-    self._beta = float(value)
-
-PrioritizedSequenceReplay.alpha = property(lambda self: self._alpha, lambda self, v: self.set_alpha(v), doc="Prioritization exponent.")
-PrioritizedSequenceReplay.beta = property(lambda self: self._beta, lambda self, v: self.set_beta(v), doc="Importance-sampling exponent.")
-
-@patch
-def anneal_beta(self:PrioritizedSequenceReplay,
-                fraction:float, # training progress in [0, 1]
-                final:float=1.0): # beta at the end of training
-    "Move beta linearly toward `final`: beta0 + fraction * (final - beta0)."
-    self.set_beta(annealed_beta(self.beta0, fraction, final))
-
 @patch
 def priorities(self:PrioritizedSequenceReplay, ids=None) -> np.ndarray:
     "Raw priorities (|error| + epsilon) of the stored episodes `ids` (default: all stored, oldest first)."
     ids = self.ids if ids is None else np.array(ids, dtype=np.int64, ndmin=1)
     gone = ids[(ids < self.first_id) | (ids >= self.next_id)]
     if len(gone): raise ValueError(f"episode {gone[0]} is not stored: the stored ids are {self.first_id}..{self.next_id - 1}")
-    return self._prios[self._slots(ids)].copy()
+    return self.prioritizer.raw[self._slots(ids)].copy()
 
 # %% ../nbs/09_sequence.ipynb #c2f3e5ae
 @patch
+@locked
 def sample_prioritized(self:PrioritizedSequenceReplay,
                        batch_size:int, # chunks in the batch
                        length:int, # consecutive steps per chunk
@@ -308,11 +278,10 @@ def sample_prioritized(self:PrioritizedSequenceReplay,
     if shortest != self.tree_length:
         relay = self.shortest < max(shortest, self.tree_length)  # else every episode is eligible both ways
         self.tree_length = shortest
-        if relay: self._relay()
-    with np.errstate(over='ignore'): total = self.tree.total
-    if not (math.isfinite(total) and total > 0):
-        raise ValueError(f"the total priority of the episodes long enough for length {shortest} must be positive and finite, got {total!r}")
-    slots, weights = draw_proportional(self.tree, self.rng, batch_size, self._beta)
+        if relay:
+            slots = self._slots(self.ids)
+            self.prioritizer.set_active(slots, self._lengths[slots] >= shortest)
+    slots, weights = self.prioritizer.draw(self.rng, batch_size)
     last = self.rng.integers(shortest - 1, self._lengths[slots])   # the chunk's last step, uniform over those allowed
     offsets = last - (length - 1)
     return PrioritizedBatch(self._gather(slots, offsets, length),
@@ -321,36 +290,20 @@ def sample_prioritized(self:PrioritizedSequenceReplay,
 
 # %% ../nbs/09_sequence.ipynb #a0f85947
 @patch
+@locked
 def update_priorities(self:PrioritizedSequenceReplay,
                       indices, # stable episode ids, as in `PrioritizedBatch.indices`
-                      errors): # one error per index, e.g. the TD error; its magnitude is used
+                      errors): # one signed error per index, e.g. the TD error; its magnitude is used
     "Set each episode's priority to |error| + epsilon; updates for evicted episodes are dropped."
-    ids = as_numpy(indices)
-    errs = as_numpy(errors, np.float64)
-    if ids.ndim != 1 or errs.ndim != 1 or len(ids) != len(errs):
-        raise ValueError(f"got {ids.size} indices but {errs.size} errors; they must pair up")
-    if not len(ids): return
-    if ids.dtype.kind not in 'iu': raise ValueError(f"indices must be integer episode ids, got {ids.dtype}: {ids[:3]}")
-    ids = ids.astype(np.int64)
+    ids, errors = feedback_arrays(indices, errors, ('indices', 'errors'))
     bad = ids[(ids < 0) | (ids >= self.next_id)]
     if len(bad): raise ValueError(f"index {bad[0]} was never issued by this buffer (ids so far: 0..{self.next_id - 1})")
-    bad = errs[~np.isfinite(errs)]
-    if len(bad): raise ValueError(f"errors must be finite, got {bad[0]!r}")
-    prios = np.abs(errs) + self.epsilon
-    self._check_leaves(prios, self._alpha)
     stored = ids >= self.first_id
-    if not stored.any(): return
-    ids, prios = last_writes(ids[stored], prios[stored])
-    slots = self._slots(ids)
-    leaves = np.where(self._lengths[slots] >= self.tree_length, prios ** self._alpha, 0.)
-    with np.errstate(over='ignore'): total = self.tree.total + leaves.sum()
-    if not math.isfinite(total): raise ValueError(f"priorities up to {prios.max()!r} would make the total priority overflow")
-    self._prios[slots] = prios
-    self.tree.update(slots, leaves)
-    self.max_priority = max(self.max_priority, float(prios.max()))
+    self.prioritizer.update(self._slots(ids[stored]), errors[stored])
 
 # %% ../nbs/09_sequence.ipynb #9e2b3ece
 @patch
+@locked
 def state_dict(self:SequenceReplay) -> dict:
     "Everything needed to restore the buffer, the sampler's RNG included."
     slots = self._slots(self.ids)
@@ -360,75 +313,42 @@ def state_dict(self:SequenceReplay) -> dict:
                 rng=json.dumps(self.rng.bit_generator.state))
 
 @patch
-def _check_state(self:SequenceReplay, state):
-    "Raise a `ValueError` naming the problem unless `state` fits this buffer."
-    if not isinstance(state, dict): raise ValueError(f"a buffer state is a dict, got {type(state).__name__}")
-    missing = {'kind', 'version', 'capacity', 'n_added', 'columns', 'first_id', 'next_id', 'starts', 'lengths', 'rng'} - set(state)
-    if missing: raise ValueError(f"buffer state is missing {sorted(missing)}")
-    if state['kind'] != type(self).__name__: raise ValueError(f"state of a {state['kind']} cannot load into a {type(self).__name__}")
-    if state['version'] != self.schema_version: raise ValueError(f"buffer state version {state['version']!r}, this code reads {self.schema_version}")
+def check_state(self:SequenceReplay, state:dict):
+    "Raise a `ValueError` naming the problem unless `state` loads into this buffer; checks all that `load_state_dict` assigns."
+    check_state_header(self, state, {'kind', 'version', 'capacity', 'n_added', 'columns', 'first_id', 'next_id', 'starts', 'lengths', 'rng'})
     if state['capacity'] != self.capacity: raise ValueError(f"state has capacity {state['capacity']}, this buffer {self.capacity}")
     for k in ('n_added', 'first_id', 'next_id'): check_int(k, state[k], low=0)
-    starts, lengths = (np.asarray(state[k], np.int64) for k in ('starts', 'lengths'))
     n = state['next_id'] - state['first_id']
-    if n < 0 or starts.shape != (n,) or lengths.shape != (n,):
-        raise ValueError(f"state ids {state['first_id']}..{state['next_id'] - 1} do not match {len(starts)} starts and {len(lengths)} lengths")
+    if n < 0: raise ValueError(f"state ids run from {state['first_id']} to {state['next_id'] - 1}")
+    for k in ('starts', 'lengths'): check_tensor(k, state[k], n, torch.int64)
+    starts, lengths = state['starts'].numpy(), state['lengths'].numpy()
     if n and ((lengths < 1).any() or (starts[1:] != starts[:-1] + lengths[:-1]).any() or starts[-1] + lengths[-1] != state['n_added']):
         raise ValueError("state episodes must be non-empty and written back to back up to n_added")
     if lengths.sum() > self.capacity: raise ValueError(f"state holds {lengths.sum()} transitions, more than the capacity {self.capacity}")
     self.storage.check_saved(state['n_added'], state['columns'])
-    try: np.random.default_rng().bit_generator.state = json.loads(state['rng'])
-    except (TypeError, ValueError, KeyError) as e: raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
+    rng_of_state(state['rng'])
 
 @patch
-def _restore(self:SequenceReplay, state):
-    "Load a checked state."
-    self.rng = np.random.default_rng()
-    self.rng.bit_generator.state = json.loads(state['rng'])
+def _assign(self:SequenceReplay, state:dict):
+    "Take over a checked `state`."
+    self.rng = rng_of_state(state['rng'])
     self.storage.load(state['n_added'], state['columns'])
     self.first_id, self.next_id = state['first_id'], state['next_id']
     n_slots = min(self.capacity, self.min_slots)
     while n_slots < self.n_episodes: n_slots = min(2 * n_slots, self.capacity)
     self._alloc(n_slots)
-    slots, lengths = self._slots(self.ids), np.asarray(state['lengths'], np.int64)
-    self._starts[slots], self._lengths[slots] = np.asarray(state['starts'], np.int64), lengths
+    slots, lengths = self._slots(self.ids), state['lengths'].numpy()
+    self._starts[slots], self._lengths[slots] = state['starts'].numpy(), lengths
     self.n_stored = int(lengths.sum())
     self._longest, self._shortest = _WindowMax(), _WindowMax()
     for id, n in zip(self.ids, lengths.tolist()): self._longest.push(id, n); self._shortest.push(id, -n)
 
 @patch
+@locked
 def load_state_dict(self:SequenceReplay, state:dict):
-    "Restore from `state_dict()`; a state that does not fit raises `ValueError` and changes nothing."
-    self._check_state(state)
-    self._restore(state)
-
-@patch
-def state_dict(self:PrioritizedSequenceReplay) -> dict:
-    return dict(super(PrioritizedSequenceReplay, self).state_dict(), priorities=torch.from_numpy(self.priorities()),
-                max_priority=self.max_priority, alpha=self.alpha, beta=self.beta, beta0=self.beta0,
-                epsilon=self.epsilon, tree_length=self.tree_length)
-
-@patch
-def _check_state(self:PrioritizedSequenceReplay, state):
-    super(PrioritizedSequenceReplay, self)._check_state(state)
-    missing = {'priorities', 'max_priority', 'alpha', 'beta', 'beta0', 'epsilon', 'tree_length'} - set(state)
-    if missing: raise ValueError(f"prioritized buffer state is missing {sorted(missing)}")
-    prios = np.asarray(state['priorities'], np.float64)
-    if prios.shape != (state['next_id'] - state['first_id'],):
-        raise ValueError(f"state has {prios.size} priorities for {state['next_id'] - state['first_id']} episodes")
-    if not (np.isfinite(prios).all() and (prios > 0).all()): raise ValueError("state priorities must be finite and positive")
-    for k in ('alpha', 'beta', 'beta0', 'max_priority'): check_number(k, state[k])
-    check_number('epsilon', state['epsilon'], low_ok=False)
-    check_int('tree_length', state['tree_length'])
-    self._check_leaves(prios, state['alpha'])
-
-@patch
-def _restore(self:PrioritizedSequenceReplay, state):
-    self._alpha, self._beta, self.beta0 = float(state['alpha']), float(state['beta']), float(state['beta0'])
-    self.epsilon, self.max_priority, self.tree_length = float(state['epsilon']), float(state['max_priority']), state['tree_length']
-    super(PrioritizedSequenceReplay, self)._restore(state)
-    self._prios[self._slots(self.ids)] = np.asarray(state['priorities'], np.float64)
-    self._relay()
+    "Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
+    self.check_state(state)
+    self._assign(state)
 
 # %% ../nbs/09_sequence.ipynb #cb5d9173
 class EpisodeAssembler(IterDataPipe):

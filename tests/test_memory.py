@@ -1,7 +1,6 @@
 """`ExperienceReplay`: ring-buffer model test, sampling, save/load, bad input, graph traversal."""
 import collections.abc
 import os
-import time
 import tracemalloc
 
 import numpy as np
@@ -15,7 +14,7 @@ from torch.utils.data.graph import traverse_dps
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay
-from state_checks import assert_state_equal
+from conftest import assert_state_equal
 
 
 def make_step(i, state_dim=2):
@@ -220,17 +219,15 @@ def test_bad_input(build, action, exc, contains):
     if er is not None: assert_state_equal(before, er.state_dict())
 
 
-def test_add_with_other_action_dtype_is_rejected_or_kept():
+def test_add_with_other_action_dtype_is_rejected():
+    "A float action into a buffer of int actions would be truncated by numpy's cast: the add is refused, naming the field."
     er = filled(3, max_sz=5)
     before = er.state_dict()
     odd = SimpleStep(state=[1., 2.], action=0.7, next_state=[1., 2.])
-    try:
-        er.add(odd)
-    except (ValueError, TypeError) as e:
-        assert 'action' in str(e)
+    for add in (er.add, lambda s: er.add([s]), lambda s: er.add(SimpleStep.from_steps([s]))):   # single, list, batch
+        with pytest.raises(ValueError, match="'action' has dtype float32, the buffer stores int64"): add(odd)
         assert_state_equal(before, er.state_dict())
-    else:
-        assert er.memory[3].action.item() == pytest.approx(0.7), f"stored as {er.memory[3].action!r}"
+    assert len(er) == 3 and er.sample(3).action.dtype == torch.int64
 
 
 def test_empty_batch_first_add_round_trip(tmp_path):
@@ -254,16 +251,14 @@ def _find(graph, cls):
 
 
 def _traverse_measured(pipe):
-    "traverse_dps(pipe), its wall time and the peak Python memory it allocated."
+    "traverse_dps(pipe) and the peak Python memory it allocated."
     tracemalloc.start()
     try:
-        t = time.perf_counter()
         graph = traverse_dps(pipe)
-        elapsed = time.perf_counter() - t
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    return graph, elapsed, peak
+    return graph, peak
 
 
 def _collect(n):
@@ -279,10 +274,9 @@ def test_traverse_dps_does_not_copy_storage():
     nbytes = er.buffer.storage.nbytes()
     assert nbytes > 10_000_000
     assert not any(isinstance(v, (np.ndarray, torch.Tensor)) for v in vars(er).values())
-    graph, elapsed, peak = _traverse_measured(er.header(5))
+    graph, peak = _traverse_measured(er.header(5))
     assert _find(graph, ExperienceReplay) == [er]
     assert peak < nbytes / 10, f"traverse_dps allocated {peak} bytes: the {nbytes}-byte storage was pickled"
-    assert elapsed < 0.5
 
 
 def test_traverse_dps_on_filled_env_pipeline():
@@ -290,7 +284,6 @@ def test_traverse_dps_on_filled_env_pipeline():
     er = ExperienceReplay(pipe, max_sz=200_000)
     for _ in er: pass
     assert len(er) == 3000
-    graph, elapsed, peak = _traverse_measured(er.header(5))
+    graph, peak = _traverse_measured(er.header(5))
     assert _find(graph, ExperienceReplay) == [er]
     assert peak < er.buffer.storage.nbytes() / 10
-    assert elapsed < 0.5

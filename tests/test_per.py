@@ -8,7 +8,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay, ReplayBuffer
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from state_checks import assert_state_equal
+from conftest import assert_state_equal, assert_unchanged, snapshot
 
 EPS = 1e-6          # the default eps
 CHI2_7DF_P001 = 24.322  # chi-square critical value, 7 degrees of freedom, p = 0.001 (any table)
@@ -39,19 +39,6 @@ def per_pipe(n, max_sz=8, bs=1, seed=0, start=0, **kwargs):
     return er
 
 
-
-
-def snapshot(obj):
-    "The state and the tree leaves of a buffer core or of a pipe around one."
-    buf = getattr(obj, 'buffer', obj)
-    return buf.state_dict(), buf.tree[:]
-
-
-def assert_unchanged(before, obj):
-    state, leaves = before
-    buf = getattr(obj, 'buffer', obj)
-    assert_state_equal(state, buf.state_dict())
-    assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"
 
 
 def chi_square(counts, probs):
@@ -207,7 +194,7 @@ def test_new_steps_enter_at_raised_max_priority():
 @pytest.mark.parametrize('kind', ['list', 'numpy', 'torch', 'torch-float32-grad'])
 def test_update_priorities_stores_magnitude_plus_eps(kind):
     buf = per_buffer(8, seed=0, alpha=0.7, eps=1e-3)
-    idxs, td = [6, 1, 3], [0.25, 4.0, 0.0]
+    idxs, td = [6, 1, 3], [0.25, -4.0, 0.0]   # signed: the magnitude is stored
     if kind == 'numpy': idxs, td = np.array(idxs, np.int32), np.array(td)
     elif kind == 'torch': idxs, td = torch.tensor(idxs), torch.tensor(td, dtype=torch.float64)
     elif kind == 'torch-float32-grad': idxs, td = torch.tensor(idxs), torch.tensor(td, requires_grad=True) * 1.0
@@ -499,6 +486,20 @@ def _bad_eps_state(buf):
     buf.load_state_dict(state)
 
 
+def _large_priority():
+    buf = per_buffer(4, max_sz=4)
+    buf.update_priorities([1], [1e10])
+    return buf
+
+
+def _large_max_priority():
+    "A stored priority of 1e10 lowered again: only max_priority keeps it."
+    buf = _large_priority()
+    buf.update_priorities([1], [0.5])
+    assert buf.max_priority > 1e10 and buf.priorities.max() < 2
+    return buf
+
+
 nan, inf = float('nan'), float('inf')
 
 BAD_INPUT = [
@@ -518,7 +519,14 @@ BAD_INPUT = [
     ('td nan', _sampled, lambda b: b.update_priorities([0, 1, 2], [0.5, nan, 0.2]), ['nan']),
     ('td inf', _sampled, lambda b: b.update_priorities([3, 4], [0.5, inf]), ['inf']),
     ('td -inf', _sampled, lambda b: b.update_priorities([3], torch.tensor([-inf])), ['-inf']),
-    ('td negative', _sampled, lambda b: b.update_priorities(np.array([5, 6]), np.array([1.0, -0.75])), ['-0.75']),
+    ('td 1e308 twice, alpha 1', lambda: per_buffer(4, max_sz=4, alpha=1.0),
+     lambda b: b.update_priorities([0, 1], [1e308, 1e308]), ['1e+308', 'overflows']),
+    ('td 1e154, alpha 2', lambda: per_buffer(4, max_sz=4, alpha=2.0),
+     lambda b: b.update_priorities([0], [1e154]), ['1e+154', 'overflows']),
+    ('one huge update after two adds', lambda: per_buffer(2, max_sz=4, alpha=1.0),
+     lambda b: b.update_priorities([0], [1.7e308]), ['overflows']),
+    ('set_alpha(40) over a large priority', _large_priority, lambda b: b.set_alpha(40), ['1e+10', 'alpha=40', 'overflows']),
+    ('set_alpha(40) over max_priority', _large_max_priority, lambda b: b.set_alpha(40), ['max_priority', 'overflows']),
     ('pipe td nan', _pipe, lambda p: p.update_priorities([0, 1], [nan, 1.0]), ['nan']),
     ('idx -1', _sampled, lambda b: b.update_priorities([0, -1], [0.5, 0.5]), ['-1']),
     ('idx >= max_sz', _sampled, lambda b: b.update_priorities([2, 8], [0.5, 0.5]), ['8']),

@@ -15,7 +15,7 @@ from fastrl_per.envs import GymTransformBlock
 from fastrl_per.pipes import find_upstream
 from fastrl_per.sequence import (Episode, EpisodeAssembler, PrioritizedBatch, PrioritizedSequenceReplay,
                                  SequenceReplay, SequenceReplayPipe)
-from state_checks import assert_state_equal
+from conftest import assert_state_equal
 
 EPS = 1e-6
 
@@ -197,12 +197,25 @@ def test_zero_total_priority_raises():
     with pytest.raises(ValueError, match='total priority.*0.0'): buf.sample_prioritized(2, 2)
 
 
-def test_non_finite_total_priority_raises():
-    buf = filled([3], alpha=1.)
-    buf.update_priorities([0], [1e308])            # finite on its own ...
-    with np.errstate(over='ignore'):
-        buf.add(make_episode(3, episode_n=1))      # ... and a second one at max priority overflows the sum
-    with pytest.raises(ValueError, match='total priority.*inf'): buf.sample_prioritized(2, 2)
+def test_huge_priority_is_rejected_so_the_total_stays_finite():
+    "A priority whose leaf would make the total overflow (alone, or once a second episode enters at it) is refused."
+    buf = filled([3, 3], alpha=1.)
+    before = buf.state_dict()
+    with pytest.raises(ValueError, match='overflows'): buf.update_priorities([0], [1e308])
+    assert_state_equal(buf.state_dict(), before)
+    buf.update_priorities([0], [1e299])                        # at the ceiling's scale: accepted ...
+    for i in range(2, 12): buf.add(make_episode(3, episode_n=i))   # ... and new episodes entering at it keep the total finite
+    assert np.isfinite(buf.tree.total) and buf.tree.total > 1e300
+    assert len(buf.sample_prioritized(4, 2)) == 4
+
+
+def test_set_alpha_that_would_overflow_changes_nothing():
+    buf = filled([3, 3], alpha=1.)
+    buf.update_priorities([1], [1e10])
+    before = buf.state_dict()
+    with pytest.raises(ValueError, match='overflows'): buf.set_alpha(40)
+    assert_state_equal(buf.state_dict(), before)
+    assert buf.alpha == 1. and len(buf.sample_prioritized(2, 2)) == 2
 
 
 # ---------------------------------------------------------------- eviction, stable ids, priorities
@@ -286,12 +299,15 @@ def test_add_and_update_touch_few_tree_leaves():
     "No O(n) re-lay per add or update: each tree write covers the new episode, the evicted ones or the updated ids."
     buf = PrioritizedSequenceReplay(500, seed=0)
     for i in range(200): buf.add(make_episode(2, episode_n=i))
-    sizes, update = [], buf.tree.update
-    buf.tree.update = lambda idxs, values: (sizes.append(len(np.atleast_1d(idxs))), update(idxs, values))
+    tree, sizes = buf.tree, []
+    for name in ('update', 'update_unchecked', 'set_range'):   # every way a leaf is written
+        def counted(idxs, values, write=getattr(tree, name)): sizes.append(len(np.atleast_1d(values))); write(idxs, values)
+        setattr(tree, name, counted)
     for i in range(200, 600): buf.add(make_episode(2, episode_n=i))     # evicts one episode per add
     buf.update_priorities(buf.ids[-3:], [1., 2., 3.])
     batch = buf.sample_prioritized(4, 2)                                # same length as the tree's: no re-lay
-    assert max(sizes) <= 3, max(sizes)
+    assert len(sizes) >= 400 and max(sizes) <= 3, (len(sizes), max(sizes))
+    assert buf.tree is tree                                             # the tree was not replaced
     assert len(batch) == 4
 
 

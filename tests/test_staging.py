@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from fastrl_per.core import SimpleStep
 from fastrl_per.memory import ReplayBuffer
 from fastrl_per.per import PrioritizedReplayBuffer
-from state_checks import assert_state_equal
+from conftest import assert_state_equal
 
 
 def make_step(i):
@@ -71,9 +71,9 @@ def test_bookkeeping_runs_at_the_limit_and_before_reads():
     buf = PrioritizedReplayBuffer(max_sz=10, seed=0)
     buf.hook_every = 4
     for i in range(3): buf.add(make_step(i))
-    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._tree.total) == (3, 3, 3, 0.)
+    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._core.tree.total) == (3, 3, 3, 0.)
     buf.add(make_step(3))
-    assert (buf._unhooked, buf._tree.total) == (0, 4.)   # four leaves at max_priority 1
+    assert (buf._unhooked, buf._core.tree.total) == (0, 4.)   # four leaves at max_priority 1
     buf.add(make_step(4))
     assert buf.tree.total == 5. and buf._unhooked == 0   # reading the tree caught it up
 
