@@ -202,17 +202,17 @@ import time
 t0 = time.perf_counter()
 import numpy as np
 from fastrl_per.sumtree import SumTree
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 t = SumTree(100)
 t.update([1, 2, 2], [1., 2., 3.]); t.update_unchecked(np.arange(3), np.ones(3)); t.set_range(5, [4.])
 t.find([0.5, 2.5]); t.find_unchecked(np.array([1.]))
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 t.update([1, 2], [1., 2.]); t.set_range(5, [4.]); t.find([0.5, 2.5])
-print(t1 - t0, t2 - t1, time.perf_counter() - t2)
+print(t1 - t0, t2 - t1, c2 - c1, time.perf_counter() - t2)
 """
 
 def first_call_times(repeats=3):
-    "Median seconds of (import, first call of every kernel, second calls) in fresh processes: cold cache, then warm."
+    "Median seconds of (import, first call of every kernel: wall and CPU, the calls again) in fresh processes: cold cache, then warm."
     out = {}
     with tempfile.TemporaryDirectory() as warm_dir:
         for kind in ('cold', 'warm'):
@@ -485,11 +485,12 @@ def main(argv=None):
     # --- the kernels' first call in a fresh process
     first = first_call_times()
     print('\n## First call of the sum tree\'s numba kernels, in a fresh process (median of 3 processes)\n')
-    print('| numba cache | import fastrl_per.sumtree (s) | first call of every kernel (s) | the same calls again (ms) |')
-    print('|---|--:|--:|--:|')
+    print('| numba cache | import fastrl_per.sumtree, wall s | first call of every kernel, wall s | the same, CPU s '
+          '| the same calls again, ms |')
+    print('|---|--:|--:|--:|--:|')
     for kind, label in (('cold', 'empty (compiles, then writes the cache)'), ('warm', 'warm (loads the cache)')):
-        imp, call, again = first[kind]
-        print(f'| {label} | {imp:.2f} | {call:.2f} | {again * 1e3:.2f} |')
+        imp, call, call_cpu, again = first[kind]
+        print(f'| {label} | {imp:.2f} | {call:.2f} | {call_cpu:.2f} | {again * 1e3:.2f} |')
 
     # --- goals
     def goal(label, value, ok, shown):

@@ -151,10 +151,11 @@ def _min_state(self:SumTree):
 # %% ../nbs/04_sumtree.ipynb #c6694c85
 @njit(cache=True)
 def _descend(S, n, u):
-    "The leaf slot reached from the root by each prefix sum in `u`, and its value; never a leaf holding 0."
+    "The leaf reached from the root by each prefix sum in `u`, and its value; never a leaf holding 0."
     node, u = np.ones(len(u), np.int64), u.copy()
-    while n > 1:                                        # every walker one level down, then the next level
-        n >>= 1
+    width = 1                                           # nodes on the walkers' level
+    while width < n:                                    # every walker one level down, then the next level
+        width *= 2
         for k in range(len(u)):
             i = 2 * node[k]                             # the left child
             left = S[i]
@@ -162,7 +163,7 @@ def _descend(S, n, u):
             u[k] -= left * right                        # arithmetic, not a branch: see above
             node[k] = i + right
     values = np.empty(len(u))
-    for k in range(len(u)): values[k] = S[node[k]]
+    for k in range(len(u)): values[k], node[k] = S[node[k]], node[k] - n
     return node, values
 
 @patch
@@ -180,8 +181,7 @@ def find(self:SumTree,
 @patch
 def find_unchecked(self:SumTree, u):
     "`find` without its checks, for float64 `u` known to lie in [0, total]: the leaves and their values."
-    node, values = _descend(self._sum, self._n, u)
-    return node - self._n, values
+    return _descend(self._sum, self._n, u)
 
 # %% ../nbs/04_sumtree.ipynb #d93372b8
 @patch
