@@ -126,7 +126,7 @@ def update(self:SumTree,
 
 @patch
 def update_unchecked(self:SumTree,
-           idxs,    # leaf indices in [0, capacity), int64
+           idxs,    # leaf indices in [0, capacity), int64; repeated ones: the last write wins
            values): # their new values, float64, finite and >= 0
     "`update` without its checks: set the leaves and recompute the nodes above them."
     self._written(*_write(self._sum, self._n, idxs, values, *self._min_state()))
