@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Speed and memory of `fastrl_per`'s `PrioritizedReplayBuffer` next to three other prioritized buffers.
+"""Speed and memory of `fastrl_per`'s `PrioritizedReplayBuffer` next to four other prioritized buffers.
 
 Run from the repository root:
 
-    python benchmarks/per_speed.py                 # N = 2**20, the issue's setting (about half a minute)
+    python benchmarks/per_speed.py                 # N = 2**20, the issue's setting (a few minutes)
     python benchmarks/per_speed.py --quick         # smoke run at N = 2**14
 
 In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
@@ -21,26 +21,36 @@ for
   the CartPole ones plus our bookkeeping fields);
 - (b) **cpprb**: `cpprb.PrioritizedReplayBuffer` (C++ segment tree, 5 fields), if installed. It is a
   benchmark-only package, not a project dependency: `pip install --no-deps cpprb`;
-- (c) **plain-Python**: numpy columns with sum and min segment trees kept as Python lists and
+- (c) **tianshou**: `tianshou.data.PrioritizedReplayBuffer` (numba segment tree, 6 fields), if
+  installed; benchmark-only like cpprb (`pip install tianshou`; it leaves torch and numpy as they
+  are). It adds one transition a call (a `Batch`), so its 1,000-step batch add is 1,000 single
+  adds, and a fill of N that way would take over a minute: the fill writes its columns and tree
+  directly, and only the operations are timed. It adds float32's eps (1.2e-7) to |td| where the
+  others add 1e-6, draws its `u` uniformly over the total (not stratified), and normalises the
+  weights by the largest in the batch;
+- (d) **plain-Python**: numpy columns with sum and min segment trees kept as Python lists and
   updated/searched one element at a time in Python loops, the design of the seed notebook
   (`shared/seeds/per_dqn_cartpole_notebook.txt`), written anew here. Its total is the root, so it
   covers every slot including the last. Building its trees one element at a time at N = 2**20 would
   take minutes, so they are built by a fast path (numpy, level by level, then `.tolist()`); only the
   operations are timed, and these all run the per-element Python loops;
-- (d) **np.random.choice**: no tree at all: `np.random.choice(N, bs, p=p**alpha / sum)` over the whole
+- (e) **np.random.choice**: no tree at all: `np.random.choice(N, bs, p=p**alpha / sum)` over the whole
   priority array, the same weight formula, a gather of the 5 CartPole columns; an update is a plain
   array assignment. It has no add.
 
-The machine this runs on is shared and noisy, so every operation is timed in `--repeats` rounds.
+The machine this runs on is shared and noisy, so times are this process's CPU time
+(`time.process_time`, all its threads): wall time would also count the turns of other processes
+that preempt it. Every operation is timed in `--repeats` rounds.
 In each round every implementation runs the same operation back to back (the order rotates
 between rounds), and each ratio is taken within a round and reported as the median over
 rounds, with its range. Times are medians too. Garbage collection is off while timing.
 
-It also reports the bytes per stored transition that ours holds, and checks the result against
-the issue's goals.
+It also reports the bytes per stored transition that ours holds, the time the sum tree's numba
+kernels take on their first call in a fresh process (compiling them into an empty cache, then
+loading them from that cache), and checks the result against the issue's goals.
 """
 from __future__ import annotations
-import argparse, gc, math, os, platform, random, shlex, statistics, sys, time, tracemalloc
+import argparse, gc, math, os, platform, random, shlex, statistics, subprocess, sys, tempfile, time, tracemalloc
 
 import numpy as np
 import torch
@@ -49,11 +59,12 @@ ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 OPS = ['per-step add', '1,000-step batch add', 'sample 256 (+weights)', 'sample 1,024 (+weights)',
        'update 256 priorities', 'learner step (sample 256 + update 256)',
        'pipeline step (add 1 + sample 256 + update 256)']
-IMPLS = ['ours', 'cpprb', 'plain-Python', 'np.random.choice']
+IMPLS = ['ours', 'cpprb', 'tianshou', 'plain-Python', 'np.random.choice']
+PEERS = ['cpprb', 'tianshou']  # the compiled peers: ours / theirs time is reported for each
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) the plain-Python segment-tree buffer
+# (d) the plain-Python segment-tree buffer
 # ---------------------------------------------------------------------------------------------
 class PlainPythonPER:
     "Numpy columns; sum and min segment trees as Python lists, set and searched per element in Python."
@@ -130,7 +141,7 @@ class PlainPythonPER:
 
 
 # ---------------------------------------------------------------------------------------------
-# (d) np.random.choice over the whole priority array
+# (e) np.random.choice over the whole priority array
 # ---------------------------------------------------------------------------------------------
 class ChoicePER:
     "No tree: `np.random.choice` with `p = p**alpha / sum` on every sample; an update is an array assignment."
@@ -164,12 +175,12 @@ def rss_bytes():
     except OSError: return None
 
 def per_call(fn, number):
-    "Seconds per call of `fn(i)` for i in range(number), garbage collector off."
+    "CPU seconds of this process per call of `fn(i)` for i in range(number), garbage collector off."
     was = gc.isenabled(); gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for i in range(number): fn(i)
-        return (time.perf_counter() - t0) / number
+        return (time.process_time() - t0) / number
     finally:
         if was: gc.enable()
 
@@ -184,6 +195,37 @@ def med_range(rs):
     if not rs: return None, '—'
     m = statistics.median(rs)
     return m, f'{fmt_x(m)} [{fmt_x(min(rs))}–{fmt_x(max(rs))}]'
+
+
+FIRST_CALLS = """
+import time
+t0 = time.perf_counter()
+import numpy as np
+from fastrl_per.sumtree import SumTree
+t1, c1 = time.perf_counter(), time.process_time()
+t = SumTree(100)
+t.update([1, 2, 2], [1., 2., 3.]); t.update_unchecked(np.arange(3), np.ones(3)); t.set_range(5, [4.])
+t.find([0.5, 2.5]); t.find_unchecked(np.array([1.]))
+t2, c2 = time.perf_counter(), time.process_time()
+t.update([1, 2], [1., 2.]); t.set_range(5, [4.]); t.find([0.5, 2.5])
+print(t1 - t0, t2 - t1, c2 - c1, time.perf_counter() - t2)
+"""
+
+def first_call_times(repeats=3):
+    "Median seconds of (import, first call of every kernel: wall and CPU, the calls again) in fresh processes: cold cache, then warm."
+    out = {}
+    with tempfile.TemporaryDirectory() as warm_dir:
+        for kind in ('cold', 'warm'):
+            runs = []
+            for _ in range(repeats):
+                with tempfile.TemporaryDirectory() as cold_dir:
+                    env = dict(os.environ, NUMBA_CACHE_DIR=cold_dir if kind == 'cold' else warm_dir)
+                    if kind == 'warm' and not os.listdir(warm_dir):   # fill the warm cache once
+                        subprocess.run([sys.executable, '-c', FIRST_CALLS], env=env, check=True, capture_output=True)
+                    res = subprocess.run([sys.executable, '-c', FIRST_CALLS], env=env, check=True, capture_output=True, text=True)
+                    runs.append([float(x) for x in res.stdout.split()])
+            out[kind] = [statistics.median(col) for col in zip(*runs)]
+    return out
 
 
 def main(argv=None):
@@ -206,6 +248,15 @@ def main(argv=None):
 
     from fastrl_per.core import SimpleStep, STEP_FIELDS
     from fastrl_per.per import PrioritizedReplayBuffer
+    import numba
+    try:
+        import tianshou
+        from tianshou.data import Batch, PrioritizedReplayBuffer as TianshouPER
+        tianshou_skip = None
+    except Exception as e:
+        tianshou, tianshou_skip = None, f'tianshou not importable ({type(e).__name__}: {e}); pip install tianshou'
+    print(f'numba {numba.__version__}; '
+          + (f'tianshou {tianshou.__version__}' if tianshou else f'tianshou: SKIPPED, {tianshou_skip}'))
     try:
         import cpprb
         cpprb_version, cpprb_skip = getattr(cpprb, '__version__', None), None
@@ -249,7 +300,7 @@ def main(argv=None):
 
     # --- (b) cpprb
     impl = {'ours': ours}
-    skip = {'cpprb': cpprb_skip, 'plain-Python': None, 'np.random.choice': None}
+    skip = {'cpprb': cpprb_skip, 'tianshou': tianshou_skip, 'plain-Python': None, 'np.random.choice': None}
     rss_other = {}
     if cpprb is not None:
         r0 = rss_bytes()
@@ -263,7 +314,22 @@ def main(argv=None):
         impl['cpprb'] = cp
         rss_other['cpprb'] = None if r0 is None else rss_bytes() - r0
 
-    # --- (c) plain Python, (d) np.random.choice
+    # --- (c) tianshou: one add builds its columns; then columns, size and tree are written directly
+    if tianshou is not None:
+        r0 = rss_bytes()
+        ts = TianshouPER(N, alpha=ALPHA, beta=BETA)
+        ts.add(Batch(obs=obs[0], act=int(act[0]), rew=float(rew[0]), terminated=bool(done[0]), truncated=False,
+                     obs_next=next_obs[0]))
+        m = ts._meta
+        m.obs[:], m.act[:], m.rew[:], m.obs_next[:] = obs, act, rew, next_obs
+        m.terminated[:], m.truncated[:], m.done[:] = done, False, done
+        ts._size, ts._insertion_idx, ts.last_index = N, 0, np.array([N - 1])
+        ts.update_weight(np.arange(N), td0)
+        assert len(ts) == N and math.isclose(ts.weight.reduce(), ((td0 + np.finfo(np.float32).eps) ** ALPHA).sum(), rel_tol=1e-9)
+        impl['tianshou'] = ts
+        rss_other['tianshou'] = None if r0 is None else rss_bytes() - r0
+
+    # --- (d) plain Python, (e) np.random.choice
     r0 = rss_bytes()
     plain = PlainPythonPER(N, seed=args.seed); plain.build(obs, act, rew, next_obs, done, leaves)
     rss_other['plain-Python'] = None if r0 is None else rss_bytes() - r0
@@ -276,6 +342,7 @@ def main(argv=None):
     n_single = 4096
     singles = [step_batch(i, i + 1)[0] for i in range(n_single)]                 # single SimpleSteps
     rows = [(obs[i], int(act[i]), float(rew[i]), next_obs[i], bool(done[i])) for i in range(n_single)]
+    ts_add = lambda b, o, a, r, no, d: b.add(Batch(obs=o, act=a, rew=r, terminated=d, truncated=False, obs_next=no))
     n_batches = 16
     batches = [step_batch(1000 * b, 1000 * (b + 1)) for b in range(n_batches)]
     tds = [torch.from_numpy(rng.exponential(1.0, 256)) for _ in range(64)]        # a learner hands back tensors
@@ -288,6 +355,7 @@ def main(argv=None):
             def f(i):
                 o, a, r, no, d = rows[i % n_single]; b.add(obs=o, act=a, rew=r, next_obs=no, done=d)
             return f
+        if name == 'tianshou': return lambda i: ts_add(b, *rows[i % n_single])
         if name == 'plain-Python': return lambda i: b.store(*rows[i % n_single])
 
     def add_batch(name):
@@ -298,6 +366,11 @@ def main(argv=None):
                 lo = 1000 * (i % n_batches); s = slice(lo, lo + 1000)
                 b.add(obs=obs[s], act=act[s], rew=rew[s], next_obs=next_obs[s], done=done[s])
             return f
+        if name == 'tianshou':
+            def f(i):
+                lo = 1000 * (i % n_batches)
+                for j in range(lo, lo + 1000): ts_add(b, obs[j], int(act[j]), float(rew[j]), next_obs[j], bool(done[j]))
+            return f
         if name == 'plain-Python':
             def f(i):
                 lo = 1000 * (i % n_batches)
@@ -307,7 +380,7 @@ def main(argv=None):
     def sample(bs):
         def make(name):
             b = impl[name]
-            if name == 'ours': return lambda i: b.sample(bs)
+            if name in ('ours', 'tianshou'): return lambda i: b.sample(bs)   # tianshou's weights: batch.weight
             return lambda i: b.sample(bs, BETA)
         return make
 
@@ -316,6 +389,9 @@ def main(argv=None):
         if name == 'ours':
             def f(i):
                 batch = b.sample(256); b.update_priorities(batch.idxs, tds[i % 64])
+        elif name == 'tianshou':
+            def f(i):
+                batch, idxs = b.sample(256); b.update_weight(idxs, tds_np[i % 64])
         else:
             def f(i):
                 s = b.sample(256, BETA)
@@ -334,12 +410,13 @@ def main(argv=None):
         if name == 'ours': return lambda i: b.update_priorities(idx_sets[i % 64], tds[i % 64])
         idx_np = [t.numpy() for t in idx_sets]
         if name == 'cpprb': return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64] + EPS)
+        if name == 'tianshou': return lambda i: b.update_weight(idx_np[i % 64], tds_np[i % 64])
         return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64])
 
     makers = {OPS[0]: add_single, OPS[1]: add_batch, OPS[2]: sample(256), OPS[3]: sample(1024),
               OPS[4]: update, OPS[5]: learner, OPS[6]: pipeline}
     max_number = {OPS[0]: 20000, OPS[1]: 200}
-    results, ratios_cp, ratios_plain = {}, {}, {}
+    results, ratios, ratios_plain = {}, {peer: {} for peer in PEERS}, {}
     for op in OPS:
         if op == OPS[4]: idx_sets[:] = [ours.sample(256).idxs for _ in range(64)]
         fns = {}
@@ -357,22 +434,26 @@ def main(argv=None):
             last = idx_sets[-1].numpy()
             assert (ours.sampled_at[last] == ours.writes[last]).all()
         results[op] = {name: statistics.median(ts) for name, ts in times.items()}
-        ratios_cp[op] = [o / c for o, c in zip(times['ours'], times['cpprb'])] if 'cpprb' in times else []
+        for peer in PEERS: ratios[peer][op] = [o / c for o, c in zip(times['ours'], times[peer])] if peer in times else []
         ratios_plain[op] = [p / o for o, p in zip(times['ours'], times['plain-Python'])] if 'plain-Python' in times else []
         print(f'  timed {op:<40} calls per timing: {numbers}', file=sys.stderr)
 
     # --- the table
     print('## Time per call (µs, median of rounds)\n')
-    print('| operation | ours | cpprb | plain-Python | np.random.choice | ours / cpprb time (median [range]) '
-          '| ours vs plain-Python speed-up (median [range]) |')
-    print('|---|--:|--:|--:|--:|--:|--:|')
+    print('| operation | ours | cpprb | tianshou | plain-Python | np.random.choice | ours / cpprb time '
+          '| ours / tianshou time | ours vs plain-Python speed-up |')
+    print('|---|--:|--:|--:|--:|--:|--:|--:|--:|')
     for op in OPS:
         res = results[op]
         cells = [fmt_us(res.get(name)) if name in impl else 'skipped' for name in IMPLS]
-        print(f'| {op} | ' + ' | '.join(cells) + f' | {med_range(ratios_cp[op])[1]} | {med_range(ratios_plain[op])[1]} |')
-    if cpprb_skip: print(f'\ncpprb skipped: {cpprb_skip}')
-    print('\n(d) np.random.choice has no add: "—". Its sample includes p/sum over all N slots, as it must after any update.')
-    rate_ratios = [1 / r for r in ratios_cp[OPS[0]]]
+        print(f'| {op} | ' + ' | '.join(cells) + f' | {med_range(ratios["cpprb"][op])[1]} '
+              f'| {med_range(ratios["tianshou"][op])[1]} | {med_range(ratios_plain[op])[1]} |')
+    for name in PEERS:
+        if skip[name]: print(f'\n{name} skipped: {skip[name]}')
+    print('\nRatios: median over rounds [smallest–largest]. tianshou adds one transition a call: its batch add is 1,000 '
+          'single adds. (e) np.random.choice has no add: "—". Its sample includes p/sum over all N slots, as it must '
+          'after any update.')
+    rate_ratios = [1 / r for r in ratios['cpprb'][OPS[0]]]
     print(f'\nper-step add rate, ours / cpprb: {med_range(rate_ratios)[1]} '
           f'(ours {1 / results[OPS[0]]["ours"]:,.0f} steps/s'
           + (f', cpprb {1 / results[OPS[0]]["cpprb"]:,.0f} steps/s)' if 'cpprb' in results[OPS[0]] else ')'))
@@ -401,25 +482,32 @@ def main(argv=None):
               + ''.join(f', {k} {v / N:.1f}' for k, v in rss_other.items() if v is not None)
               + ' (plain-Python: its trees are Python lists of float objects)')
 
+    # --- the kernels' first call in a fresh process
+    first = first_call_times()
+    print('\n## First call of the sum tree\'s numba kernels, in a fresh process (median of 3 processes)\n')
+    print('| numba cache | import fastrl_per.sumtree, wall s | first call of every kernel, wall s | the same, CPU s '
+          '| the same calls again, ms |')
+    print('|---|--:|--:|--:|--:|')
+    for kind, label in (('cold', 'empty (compiles, then writes the cache)'), ('warm', 'warm (loads the cache)')):
+        imp, call, call_cpu, again = first[kind]
+        print(f'| {label} | {imp:.2f} | {call:.2f} | {call_cpu:.2f} | {again * 1e3:.2f} |')
+
     # --- goals
     def goal(label, value, ok, shown):
         return f'| {label} | {shown} | {"—" if value is None else ("yes" if ok else "**no**")} |'
-    lr = med_range(ratios_cp[OPS[5]])[0]; s1k = med_range(ratios_cp[OPS[3]])[0]
-    rate = med_range(rate_ratios)[0]; sp_l = med_range(ratios_plain[OPS[5]])[0]
-    sp_all = {op: med_range(ratios_plain[op])[0] for op in OPS if ratios_plain[op]}
-    worst = min(sp_all, key=sp_all.get)
+    lr_ts = med_range(ratios['tianshou'][OPS[5]])[0]; lr_cp = med_range(ratios['cpprb'][OPS[5]])[0]
+    s1k = med_range(ratios['cpprb'][OPS[3]])[0]; rate = med_range(rate_ratios)[0]
     print('\n## The issue\'s goals\n')
-    print('| goal | measured | met |\n|---|--:|:-:|')
-    print(goal('learner step ≤ 0.6× cpprb\'s time', lr, lr is not None and lr <= 0.6, fmt_x(lr)))
-    print(goal('sample of 1,024 ≤ 0.35× cpprb\'s time', s1k, s1k is not None and s1k <= 0.35, fmt_x(s1k)))
-    print(goal('per-step add rate ≥ 4× cpprb\'s', rate, rate is not None and rate >= 4, fmt_x(rate)))
-    print(goal('≥ 25× faster than plain-Python, learner step', sp_l, sp_l >= 25, fmt_x(sp_l)))
-    print(goal(f'≥ 25× faster than plain-Python, every operation (slowest: {worst})', sp_all[worst],
-               sp_all[worst] >= 25, fmt_x(sp_all[worst])))
-    mem = total / N / (raw + ref_sum_min)
-    print(goal('memory ≤ 1.3 × (raw + tree), tree = sum + min heaps', mem, mem <= 1.3, f'{mem:.3f}×'))
-    mem1 = total / N / (raw + ref_sum)
-    print(goal('memory ≤ 1.3 × (raw + tree), tree = sum heap only', mem1, mem1 <= 1.3, f'{mem1:.3f}×'))
+    print('| goal | measured (median [range]) | met |\n|---|--:|:-:|')
+    print(goal('learner step ≤ 0.5× tianshou\'s time', lr_ts, lr_ts is not None and lr_ts <= 0.5,
+               med_range(ratios['tianshou'][OPS[5]])[1]))
+    print(goal('learner step ≤ 0.3× cpprb\'s time', lr_cp, lr_cp is not None and lr_cp <= 0.3,
+               med_range(ratios['cpprb'][OPS[5]])[1]))
+    print(goal('sample of 1,024 ≤ 0.2× cpprb\'s time', s1k, s1k is not None and s1k <= 0.2,
+               med_range(ratios['cpprb'][OPS[3]])[1]))
+    print(goal('per-step add rate ≥ 4× cpprb\'s', rate, rate is not None and rate >= 4, med_range(rate_ratios)[1]))
+    per_t = total / N
+    print(goal('memory per CartPole transition ≤ 112 B (before this change)', per_t, per_t <= 112, f'{per_t:.2f} B'))
     print(f'\nload average at end {os.getloadavg()[0]:.2f}; wall time {time.perf_counter() - t_start:.0f} s')
 
 

@@ -8,23 +8,13 @@ from hypothesis import given, settings, strategies as st
 from fastrl_per.sumtree import SumTree
 
 
-class FullWalk(SumTree):
-    "Cut at the root: `find` walks every level, so small trees exercise the descent."
-    cut_bits = 0
-
-
-class ShortTop(SumTree):
-    "Cut two levels below the root: both the `searchsorted` entry and the walk run."
-    cut_bits = 2
-
-
-TREES = [SumTree, FullWalk, ShortTop]
+TREES = [SumTree]
 
 
 def stored_levels(tree):
-    "For each stored level above the leaves: (sums, left child sums, right child sums)."
+    "For each level above the leaves, root included: (sums, left child sums, right child sums)."
     S = tree._sum
-    for level in range(tree._cut, tree._depth):
+    for level in range(tree._depth):
         lo, hi = 1 << level, 2 << level
         yield S[lo:hi], S[2*lo:2*hi:2], S[2*lo+1:2*hi:2]
 
