@@ -63,7 +63,11 @@ def test_top_level_help_lists_commands_with_examples(args, code):
     done = run(*args, check=code)
     text = done.stdout + done.stderr
     for name in ('train', 'evaluate'): assert f'e.g. fastrl_per {name}' in text
-    assert 'exit codes: 0 success' in text and '130' in text and '143' in text
+    assert 'exit codes:' in text and '0    success' in text and '130' in text and '143' in text
+
+
+def test_readme_shows_the_current_help():
+    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'README.md').read_text()
 
 
 def test_version():
