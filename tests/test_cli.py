@@ -1,0 +1,232 @@
+"""The `fastrl_per` command end to end: real subprocesses of the installed command and of
+`python -m fastrl_per`, real training runs of a few hundred env steps, real files."""
+import csv
+import inspect
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fastrl_per
+from fastrl_per.learner import Learner
+from fastrl_per.recurrent_learner import RecurrentLearner
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
+MODULE = [sys.executable, '-m', 'fastrl_per']
+ENV = dict(os.environ, COLUMNS='100')  # argparse wraps help to the terminal's width
+
+
+def run(*args, command=COMMAND, check=None, timeout=300):
+    "Run the command with `args`; the CompletedProcess (text). `check`: the exit status it must have."
+    done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+    if check is not None: assert done.returncode == check, (done.returncode, done.stdout, done.stderr)
+    return done
+
+
+def assert_one_line_error(done, contains):
+    "A failure: non-zero exit and one line on stderr naming `contains`, no traceback."
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert 'Traceback' not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and contains in lines[0], done.stderr
+
+
+def metrics(run_dir):
+    with open(Path(run_dir) / 'metrics.csv', newline='') as f: return list(csv.DictReader(f))
+
+
+def train_briefly(out, *args):
+    "A 200-step run into `out` (one checkpoint on the way)."
+    return run('train', '--out', out, '--steps', 200, '--checkpoint-every', 100, '--no-progress', *args, check=0)
+
+
+@pytest.fixture(scope='module')
+def short_run(tmp_path_factory):
+    "A finished 200-step run that tests read and do not change."
+    out = tmp_path_factory.mktemp('runs') / 'short'
+    train_briefly(out)
+    return out
+
+
+# issue 16: first contact
+
+@pytest.mark.parametrize('args, code', [([], 2), (['-h'], 0), (['--help'], 0)])
+def test_top_level_help_lists_commands_with_examples(args, code):
+    done = run(*args, check=code)
+    text = done.stdout + done.stderr
+    for name in ('train', 'evaluate'): assert f'e.g. fastrl_per {name}' in text
+    assert 'exit codes:' in text and '0    success' in text and '130' in text and '143' in text
+
+
+def test_readme_shows_the_current_help():
+    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'README.md').read_text()
+
+
+def test_version():
+    for command in (COMMAND, MODULE): assert run('--version', command=command, check=0).stdout.strip() == f'fastrl_per {fastrl_per.__version__}'
+
+
+@pytest.mark.parametrize('args', [['--help'], ['train', '--help'], ['train', '--steps', 'many']])
+def test_python_m_behaves_as_the_command(args):
+    a, b = run(*args), run(*args, command=MODULE)
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+
+
+@pytest.mark.parametrize('name', ['train', 'evaluate'])
+def test_subcommand_help_ends_with_examples(name):
+    lines = run(name, '--help', check=0).stdout.strip().splitlines()
+    examples = lines[lines.index('examples:') + 1:]
+    assert 1 <= len(examples) <= 2 and all(l.strip().startswith(f'fastrl_per {name} ') for l in examples)
+
+
+def test_every_learner_argument_is_a_train_flag_with_its_default():
+    text = ' '.join(run('train', '--help', check=0).stdout.split())
+    renamed = dict(env_id='--env', total_steps='--steps')
+    for cls in (Learner, RecurrentLearner):
+        for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
+            option = renamed.get(name, '--' + name.replace('_', '-'))
+            assert option in text, (cls.__name__, name)
+            if isinstance(p.default, bool): shown = option if p.default else '--no-' + option[2:]
+            else: shown = 'none' if p.default is None else str(p.default)
+            assert f'{shown})' in text or f'{shown};' in text, (cls.__name__, name, shown)
+    assert '--seed INT seeds the network, envs, exploration and sampling (default: 0)' in text
+    assert '--progress, --no-progress show a progress bar (default: --progress)' in text
+    assert '--double, --no-double double DQN targets' in text
+
+
+def test_usage_error_exits_2():
+    done = run('train', '--steps', 'many', check=2)
+    assert "invalid int value: 'many'" in done.stderr
+
+
+# issue 13: run directories protect the user's files
+
+def test_out_refuses_a_file_and_a_users_directory(tmp_path):
+    users = tmp_path / 'mine'
+    users.mkdir()
+    (users / 'metrics.csv').write_text('my numbers\n')
+    (users / 'plot.png').write_bytes(b'\x89PNG mine')
+    before = {p.name: p.read_bytes() for p in users.iterdir()}
+    assert_one_line_error(run('train', '--out', users, '--steps', 100), 'not a fastrl_per run')
+    assert {p.name: p.read_bytes() for p in users.iterdir()} == before
+    assert_one_line_error(run('train', '--out', users / 'plot.png', '--steps', 100), 'is a file')
+    assert {p.name: p.read_bytes() for p in users.iterdir()} == before
+    debug = run('train', '--out', users, '--steps', 100, '--debug')
+    assert debug.returncode == 1 and 'Traceback' in debug.stderr
+
+
+def test_resume_rejects_contradicting_flags_and_changes_nothing(short_run):
+    before = {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file()}
+    done = run('train', '--resume', short_run, '--seed', 3, '--alpha', 0.7, '--steps', 300, '--no-progress')
+    assert_one_line_error(done, '--seed 3 (the run has 0); --alpha 0.7 (the run has 0.6)')
+    assert_one_line_error(run('train', '--resume', short_run, '--out', short_run.parent / 'elsewhere'), 'contradicts --resume')
+    assert_one_line_error(run('train', '--resume', short_run, '--model', 'recurrent'), "--model 'recurrent'")
+    assert_one_line_error(run('train', '--resume', short_run), 'already has 200 steps')
+    assert {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file()} == before
+
+
+def test_run_json_manifest(short_run):
+    m = json.loads((short_run / 'run.json').read_text())
+    for key in ('fastrl_per', 'git', 'python', 'packages', 'device', 'backend', 'dtype', 'torch_threads', 'cpu', 'cpu_count',
+                'config', 'observation_shape', 'action_space', 'legs', 'started', 'ended', 'env_steps', 'updates', 'episodes'):
+        assert key in m, key
+    assert m['packages']['torch'] == torch.__version__ and m['config']['seed'] == 0 and m['env_steps'] == 200
+    assert m['updates'] == len(metrics(short_run)) and m['ended'] and 'train --out' in m['legs'][0]['command']
+    assert len({p.stat().st_mode for p in short_run.iterdir() if p.is_file()}) == 1
+
+
+# issue 10: checkpoints that survive Ctrl-C; issue 13: resume, orphans, modes
+
+def interrupt(out, sig, *args):
+    "Start a long run, stop it with `sig` once it has checkpointed past 100 steps; the finished process."
+    proc = subprocess.Popen([*COMMAND, 'train', '--out', str(out), '--steps', '100000', '--solved', '0', '--checkpoint-every', '50',
+                             '--no-progress', *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        try: steps = json.loads((out / 'run.json').read_text())['env_steps']
+        except (OSError, ValueError, KeyError): steps = 0
+        if steps >= 100: break
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    return proc.returncode, stdout, stderr
+
+
+def test_sigint_checkpoints_and_resume_continues(tmp_path):
+    out = tmp_path / 'run'
+    code, _, stderr = interrupt(out, signal.SIGINT)
+    assert code == 130, stderr
+    assert 'Traceback' not in stderr and len(stderr.strip().splitlines()) == 1
+    assert f'resume with: fastrl_per train --resume {out}' in stderr
+    saved = json.loads((out / 'run.json').read_text())
+    frames = torch.load(out / 'checkpoint.pt', weights_only=True)['frames']
+    assert saved['env_steps'] == frames >= 100 and (out / 'plot.png').exists()
+    saved['packages']['numpy'] = '0.0.1'  # as if written by another install: the resumed run warns
+    (out / 'run.json').write_text(json.dumps(saved))
+    (out / 'checkpoint.pt12ab.tmp').write_bytes(b'orphan of a killed save')
+    done = run('train', '--resume', out, '--steps', frames + 100, '--no-progress', check=0)
+    assert "beta's annealing to 1 is re-planned over" in done.stdout
+    assert 'warning: the run was written with numpy 0.0.1' in done.stderr
+    assert not list(out.glob('*.tmp'))
+    rows = metrics(out)
+    assert [int(r['frame']) for r in rows] == sorted(int(r['frame']) for r in rows) and int(rows[-1]['frame']) == frames + 100
+    assert [int(r['update']) for r in rows] == list(range(1, len(rows) + 1))
+    resumed = json.loads((out / 'run.json').read_text())
+    assert resumed['env_steps'] == frames + 100 and resumed['updates'] == len(rows) and len(resumed['legs']) == 2
+    assert float(rows[-1]['beta']) == pytest.approx(1.0)
+    assert len({p.stat().st_mode for p in out.iterdir() if p.is_file()}) == 1
+
+
+def test_sigterm_exits_143_with_a_checkpoint(tmp_path):
+    out = tmp_path / 'run'
+    code, _, stderr = interrupt(out, signal.SIGTERM, '--replay', 'uniform')
+    assert code == 143 and 'stopped by SIGTERM' in stderr and 'Traceback' not in stderr, stderr
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] >= 100
+
+
+def test_diverging_run_stops_at_a_step_and_keeps_the_checkpoint(tmp_path):
+    out = tmp_path / 'run'
+    done = run('train', '--out', out, '--steps', 300, '--lr', 1e30, '--no-progress')
+    assert_one_line_error(done, 'training stopped at step')
+    assert 'checkpoint.pt keeps step 0' in done.stderr
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] == 0
+
+
+# issue 14: video and version warnings
+
+def test_evaluate_video_records_each_step(short_run, tmp_path):
+    import imageio_ffmpeg
+    run_dir = tmp_path / 'run'
+    shutil.copytree(short_run, run_dir)
+    done = run('evaluate', run_dir, '--episodes', 1, '--video', check=0)
+    steps = float(done.stdout.split('greedy episode: ')[1].split()[0])  # CartPole: a reward of 1 per step
+    video = Path(done.stdout.split('video: ')[1].strip())
+    assert video == run_dir / 'videos' / 'greedy-seed10000-episode-0.mp4'
+    frames, _ = imageio_ffmpeg.count_frames_and_secs(str(video))
+    assert frames == steps + 1  # the reset frame and one per step
+
+
+def test_evaluate_video_without_the_extra_names_it(short_run):
+    block = 'import sys; sys.modules["moviepy"] = None; from fastrl_per.cli import main; main()'
+    done = run('evaluate', short_run, '--video', command=[sys.executable, '-c', block])
+    assert_one_line_error(done, 'pip install "fastrl_per[video]"')
+    assert not (short_run / 'videos').exists()
+
+
+def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
+    run_dir = tmp_path / 'run'
+    shutil.copytree(short_run, run_dir)
+    m = json.loads((run_dir / 'run.json').read_text())
+    m['packages']['torch'], m['git'] = '0.0.1', dict(revision='0' * 40, dirty=False)
+    (run_dir / 'run.json').write_text(json.dumps(m))
+    done = run('evaluate', run_dir, '--episodes', 1, check=0)
+    assert f'fastrl_per: warning: the run was written with torch 0.0.1, this is {torch.__version__}' in done.stderr
+    assert 'fastrl_per: warning: the run was written at git revision 0000' in done.stderr
