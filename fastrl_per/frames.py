@@ -9,7 +9,7 @@ import torch
 from fastcore.basics import patch
 from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int, as_numpy
-from .memory import step_columns, packed_dtype
+from .memory import step_columns, packed_dtype, RingStorage
 
 # %% auto #0
 __all__ = ['IMAGE_FIELDS', 'SAVED', 'check_stacks', 'FrameStorage']
@@ -43,12 +43,7 @@ class FrameStorage:
         self.rows = self.newest = self.oldest = self.frames = self.prev = self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
 
-    @property
-    def sz(self): return min(self.n_added, self.max_sz)
-    @property
-    def idx(self): return 0 if self.n_added == 0 else (self.n_added - 1) % self.max_sz + 1
-    @property
-    def cycle(self): return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
+    sz, idx, cycle = RingStorage.sz, RingStorage.idx, RingStorage.cycle  # the trackers, from `n_added` and `max_sz`
     @property
     def first_frame(self):
         "Global number of the oldest frame still stored."
