@@ -35,10 +35,10 @@ class FrameStorage:
     "`max_sz` transitions whose stacked image states keep each frame once, in a ring of `frame_slots` frames."
     def __init__(self,
                  max_sz:int, # transitions kept; the oldest are overwritten first
-                 frame_slots:int|None=None): # frames kept; None: `max_sz + max_sz // 64`
+                 frame_slots:int|None=None): # frames kept; None: `max_sz + max_sz // 64 + stack`, set on the first write
         check_int('max_sz', max_sz)
         if frame_slots is not None: check_int('frame_slots', frame_slots)
-        self.max_sz, self.frame_slots = max_sz, max_sz + max_sz // 64 if frame_slots is None else frame_slots
+        self.max_sz, self.frame_slots = max_sz, frame_slots
         self.n_added = self.n_frames = self.reach = 0  # reach: the most frames any row's chain spans, newest to oldest
         self.rows = self.newest = self.oldest = self.frames = self.prev = self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
@@ -47,12 +47,17 @@ class FrameStorage:
     @property
     def first_frame(self):
         "Global number of the oldest frame still stored."
-        return max(0, self.n_frames - self.frame_slots)
+        return 0 if self.frames is None else max(0, self.n_frames - self.frame_slots)
+
+    def slots_for(self, stack:int) -> int:
+        "Frames kept for stacks of `stack` frames: `frame_slots` if given, else one per transition, 1/64 more for episode starts, and one stack."
+        return self.max_sz + self.max_sz // 64 + stack if self.frame_slots is None else self.frame_slots
 
     def _allocate(self, columns:dict):
         "Zeroed rings shaped after `columns`."
         small = {n: a for n, a in columns.items() if n not in IMAGE_FIELDS}
         self.rows, self.stack_shape = np.zeros(self.max_sz, packed_dtype(small)), columns['state'].shape[1:]
+        self.frame_slots = self.slots_for(self.stack_shape[0])
         self.newest, self.oldest = np.zeros(self.max_sz, np.int64), np.zeros(self.max_sz, np.int64)
         self.frames = np.zeros((self.frame_slots, *self.stack_shape[1:]), np.uint8)
         self.prev = np.zeros(self.frame_slots, np.int64)
@@ -63,7 +68,7 @@ class FrameStorage:
         if len(set(counts.values())) != 1: raise ValueError(f"step fields have different batch sizes: {counts}")
         check_stacks(columns, self.stack_shape)
         stack = columns['state'].shape[1]
-        if stack >= self.frame_slots: raise ValueError(f"frame_slots ({self.frame_slots}) must exceed the stack of {stack} frames")
+        if stack >= self.slots_for(stack): raise ValueError(f"frame_slots ({self.frame_slots}) must exceed the stack of {stack} frames")
         for n, a in columns.items():
             if self.rows is None or n in IMAGE_FIELDS: continue
             if (a.dtype, a.shape[1:]) != (self.rows.dtype[n].base, self.rows.dtype[n].shape):
@@ -129,7 +134,7 @@ def write_step(self:FrameStorage, step:SimpleStep) -> int:
 def valid(self:FrameStorage, idxs) -> np.ndarray:
     "A boolean mask: which of the slots `idxs` hold a transition whose frames are all still stored."
     idxs = as_numpy(idxs, np.int64)
-    inside = (idxs >= 0) & (idxs < self.sz)
+    inside = (idxs >= 0) & (idxs < self.sz)  # none before the first write
     ok = np.zeros(len(idxs), bool)
     ok[inside] = self.oldest[idxs[inside]] >= self.first_frame
     return ok
@@ -192,12 +197,13 @@ def check_saved(self:FrameStorage, n_added:int, columns:dict|None):
     if not isinstance(columns, dict) or set(columns) != set(SAVED): raise ValueError(f"a FrameStorage state holds {sorted(SAVED)}")
     expected = set(STEP_FIELDS) - set(IMAGE_FIELDS)
     if set(columns['rows']) != expected: raise ValueError(f"state rows {sorted(columns['rows'])} are not the fields {sorted(expected)}")
-    lengths = dict(newest=self.max_sz, oldest=self.max_sz, frames=self.frame_slots, prev=self.frame_slots, **dict.fromkeys(columns['rows'], self.max_sz))
+    check_int('stack', columns['stack']); check_int('n_frames', columns['n_frames'])
+    slots = self.slots_for(columns['stack'])
+    if columns['stack'] >= slots: raise ValueError(f"state has stacks of {columns['stack']} frames, more than frame_slots {slots} allows")
+    lengths = dict(newest=self.max_sz, oldest=self.max_sz, frames=slots, prev=slots, **dict.fromkeys(columns['rows'], self.max_sz))
     for n, c in {**columns['rows'], **{n: columns[n] for n in ('newest', 'oldest', 'frames', 'prev')}}.items():
         if len(c) != lengths[n]: raise ValueError(f"state array {n!r} has {len(c)} rows, this storage keeps {lengths[n]}")
     if columns['frames'].dtype != torch.uint8: raise ValueError(f"state frames are {columns['frames'].dtype}, not uint8")
-    check_int('stack', columns['stack']); check_int('n_frames', columns['n_frames'])
-    if columns['stack'] >= self.frame_slots: raise ValueError(f"state has stacks of {columns['stack']} frames, more than frame_slots {self.frame_slots} allows")
     if columns['ends'].ndim != 2 or columns['ends'].shape[1] != 3: raise ValueError(f"state ends has shape {tuple(columns['ends'].shape)}, not (envs, 3)")
 
 @patch
