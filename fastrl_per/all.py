@@ -10,9 +10,12 @@ from .checks import *
 from .core import *
 from .pipes import *
 from .envs import *
+from .atari import *
 from .memory import *
+from .frames import *
 from .sumtree import *
 from .per import *
+from .conv import *
 from .learner import *
 from .train import *
 from .recurrent import *
@@ -21,5 +24,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'envs', 'atari', 'memory', 'frames', 'sumtree', 'per', 'conv', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]
