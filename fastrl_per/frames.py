@@ -96,9 +96,10 @@ def _add(self:FrameStorage, env:int, state:np.ndarray, new:np.ndarray, ended:boo
     "Store what one transition of sub-env `env` needs; return the global numbers of its newest and oldest frames."
     last, stack = self.ends.get(env), len(state)
     chain = None if last is None or last[1] else self.chain(last[0], stack)
-    if chain is not None and chain[-1] > self.n_frames - self.frame_slots and np.array_equal(self.frames[chain[::-1] % self.frame_slots], state):
+    survives = chain is not None and chain[-1] > self.n_frames - self.frame_slots  # its oldest frame outlives the new one
+    if survives and np.array_equal(self.frames[chain[::-1] % self.frame_slots], state):
         before, oldest = int(chain[0]), int(chain[-1])   # continues its episode's stored frames
-    else:                                                # a new episode: its frames, the leading repeats once
+    else:                                                # a new episode (or its frames are gone): state's frames, leading repeats once
         same = (state == state[0]).reshape(stack, -1).all(1)
         run = stack if same.all() else int(np.argmin(same))
         before = oldest = self._put(state[run - 1], None)
