@@ -173,7 +173,7 @@ def gather(self:FrameStorage, idxs) -> SimpleStep:
     chains = np.empty((len(idxs), stack + 1), np.int64)
     chains[:, -1] = self.newest[idxs]
     for j in range(stack, 0, -1): chains[:, j - 1] = self.prev[chains[:, j] % self.frame_slots]
-    block, rows = torch.from_numpy(self.frames[chains % self.frame_slots]), self.rows[idxs]
+    block, rows = torch.from_numpy(np.take(self.frames, chains % self.frame_slots, axis=0)), self.rows[idxs]  # take: faster than [] here
     fields = {n: torch.from_numpy(rows[n]) for n in rows.dtype.names}
     return SimpleStep.from_fields(dict(fields, state=block[:, :-1], next_state=block[:, 1:]))
 
