@@ -11,10 +11,13 @@ from .core import *
 from .pipes import *
 from .nstep import *
 from .envs import *
+from .atari import *
 from .memory import *
+from .frames import *
 from .sumtree import *
 from .priorities import *
 from .per import *
+from .conv import *
 from .learner import *
 from .train import *
 from .recurrent import *
@@ -23,5 +26,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'memory', 'sumtree', 'priorities', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]
