@@ -47,7 +47,8 @@ def fill(storage: FrameStorage, n: int, nenvs: int, episode: int, seed: int = 0)
         step_n += 1
         storage.write(dict(state=obs, next_state=nxt, action=rng.integers(6, size=nenvs), terminated=ended,
                            truncated=np.zeros(nenvs, bool), reward=np.zeros(nenvs, np.float32), total_reward=np.zeros(nenvs, np.float32),
-                           env_id=env_id, step_n=step_n.copy(), episode_n=episode_n.copy()))
+                           env_id=env_id, step_n=step_n.copy(), episode_n=episode_n.copy(),
+                           n_steps=np.ones(nenvs, np.int32)))
         obs = nxt
         if ended.any():
             obs[ended] = np.repeat(frames(int(ended.sum()))[:, None], STACK, axis=1)
