@@ -13,6 +13,7 @@ from .envs import *
 from .memory import *
 from .sumtree import *
 from .per import *
+from .dqn import *
 from .learner import *
 from .train import *
 from .recurrent import *
@@ -21,5 +22,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'envs', 'memory', 'sumtree', 'per', 'dqn', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]
