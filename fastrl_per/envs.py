@@ -130,7 +130,10 @@ class Budgeted(IterDataPipe):
     def __init__(self, source_datapipe, budget:StepBudget): self.source_datapipe, self.budget = source_datapipe, budget
     def __iter__(self):
         it = iter(self.source_datapipe)
-        while self.budget.spend(): yield next(it)
+        while self.budget.spend():
+            item = next(it, StopIteration)
+            if item is StopIteration: return  # a finite source ran out first
+            yield item
 
 # %% ../nbs/02_envs.ipynb #ffd8b9ab
 class GymTransformBlock:
