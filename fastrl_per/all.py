@@ -18,6 +18,7 @@ from .sumtree import *
 from .priorities import *
 from .per import *
 from .conv import *
+from .dqn import *
 from .learner import *
 from .train import *
 from .recurrent import *
@@ -26,5 +27,5 @@ from .recurrent_learner import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
            for name in import_module(f'fastrl_per.{module}').__all__]
