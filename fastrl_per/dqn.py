@@ -18,19 +18,29 @@ from .envs import check_env_id
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .checks import check_int, check_number
+from .nstep import nstep_discount
 
 # %% auto #0
-__all__ = ['QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'TDTargets', 'td_target',
-           'WeightedLoss', 'OptimizerStep', 'adam', 'TargetUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
-           'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'discrete_env_dims']
+__all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
+           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'TargetUpdate', 'soft_update',
+           'buffer_or_upstream', 'max_by_id', 'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'discrete_env_dims']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
+class DuelingHead(nn.Module):
+    "Q = V + A - mean(A) over shared features (Wang et al. 2016): a state's value is learned once, for every action."
+    def __init__(self, in_features:int, n_actions:int):
+        super().__init__()
+        self.value, self.advantage = nn.Linear(in_features, 1), nn.Linear(in_features, n_actions)
+    def forward(self, x):
+        advantage = self.advantage(x)
+        return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
+
 class QNetwork(nn.Sequential):
-    "An MLP from observations to one Q-value per action."
-    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128):
+    "An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head."
+    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False):
         check_int('obs_dim', obs_dim); check_int('n_actions', n_actions); check_int('hidden', hidden)
-        super().__init__(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, n_actions))
+        head = DuelingHead(hidden, n_actions) if dueling else nn.Linear(hidden, n_actions)
+        super().__init__(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), head)
 
 # %% ../nbs/05c_dqn.ipynb #407fd29b
 class EpsilonGreedy:
@@ -58,7 +68,8 @@ class EpsilonGreedy:
     def __call__(self, states:torch.Tensor) -> np.ndarray:
         "One action per state; counts every state as one step."
         n, eps = len(states), self.epsilon
-        with torch.no_grad(): actions = self.model(self.model_input(states)).argmax(-1).cpu().numpy()
+        device = next(self.model.parameters()).device
+        with torch.no_grad(): actions = self.model(self.model_input(states).to(device)).argmax(-1).cpu().numpy()
         explore = self.rng.random(n) < eps
         actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
         self.steps += n
@@ -117,6 +128,18 @@ class OnlineQ(IterDataPipe):
                 with torch.no_grad(): next_q = self.model(batch.next_state)
             yield TrainStep(batch, q=q, next_q=next_q)
 
+def pick_device(device:str='auto') -> torch.device:
+    "`device` as a `torch.device`; 'auto' is CUDA where available, else the CPU."
+    if device == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    try: return torch.device(device)
+    except (RuntimeError, TypeError) as e: raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+
+class ToDevice(IterDataPipe):
+    "Move each sampled batch (with its `idxs` and `weights`) to `device` in one call; the buffer stays in host memory."
+    def __init__(self, source_datapipe, device:torch.device): self.source_datapipe, self.device = source_datapipe, device
+    def __iter__(self):
+        for item in self.source_datapipe: yield as_batch(item).to(self.device)
+
 # %% ../nbs/05c_dqn.ipynb #12578d12
 class TDTargets(IterDataPipe):
     "Add the TD targets to each `TrainStep`."
@@ -133,12 +156,12 @@ class TDTargets(IterDataPipe):
             yield ts
 
 def td_target(batch:SimpleStep, target_model, gamma, next_q=None) -> torch.Tensor:
-    "r + γ·Q_target(s', a*) for non-terminal steps, r for terminal ones; a* = argmax `next_q` (double DQN) if given."
+    "r + γ^n·Q_target(s', a*) for non-terminal steps (n: the step's `n_steps`), r for terminal ones; a* = argmax `next_q` (double DQN) if given."
     with torch.no_grad():
         target_q = target_model(batch.next_state)
         if next_q is None: best = target_q.max(-1).values
         else: best = target_q.gather(-1, next_q.argmax(-1, keepdim=True)).squeeze(-1)
-        return batch.reward + gamma * best * (~batch.terminated)
+        return batch.reward + nstep_discount(batch, gamma) * best * (~batch.terminated)
 
 # %% ../nbs/05c_dqn.ipynb #1749dad6
 class WeightedLoss(IterDataPipe):

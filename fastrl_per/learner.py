@@ -13,8 +13,9 @@ from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
-                            TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam)
+                            TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
 from .checks import check_int
+from .nstep import NStepTransitions
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'Learner']
@@ -41,33 +42,47 @@ class Learner:
                  eps_end:float=0.01, # exploration after the decay
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
                  hidden:int=128, # hidden units of the Q-network
-                 max_grad_norm:float|None=10.): # clip the gradient norm (None: no clipping)
+                 max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
+                 n_step:int=1, # rewards summed per transition (n-step returns); 1 is plain DQN
+                 dueling:bool=False, # a value + advantage head on the Q-network
+                 envs:int=1, # sub-envs stepped together
+                 train_every:int=1, # env steps between rounds of updates
+                 gradient_steps:int=1, # updates each round
+                 warmup:int|None=None, # env steps stored before the first update; none: bs
+                 device:str='auto'): # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
-        check_int('total_steps', total_steps)
+        check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs_dim, n_actions = discrete_env_dims(env_id)
         torch.manual_seed(seed)
-        model = QNetwork(obs_dim, n_actions, hidden)
-        steps = self.act(model, EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed), lr, env_id, seed)
+        model = QNetwork(obs_dim, n_actions, hidden, dueling)
+        agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
+        steps = self.act(model, agent, lr, env_id, seed, envs, device)
+        if n_step > 1: steps = NStepTransitions(steps, n_step, gamma)
+        cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed)
+            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, **cadence)
         else:
-            self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed)
+            self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, **cadence)
+        rounds = (total_steps - self.replay.warmup) // train_every + 1   # updates start once `warmup` steps are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
-                      updates=max(1, total_steps - bs + 1) if replay == 'per' else None)  # updates start once bs steps are stored
+                      updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
 
-    def act(self, model, agent, lr:float, env_id:str, seed:int):
-        "Set up the networks, optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
-        self.model, self.target_model, self.agent = model, deepcopy(model), agent
+    def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu'):
+        "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
+        self.device = pick_device(device)
+        self.model, self.agent = model.to(self.device), agent
+        self.target_model = deepcopy(self.model)
         self.optimizer = adam(model, lr)
         self.budget = StepBudget()
-        self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed)
+        self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
         return self.episodes
 
     def assemble(self, samples, gamma:float, max_grad_norm:float|None, double:bool=False, target_every:int|None=None,
                  tau:float|None=None, per_id:bool=False, updates:int|None=None):
-        "Chain the DQN update after `samples`; with `updates`, priority feedback to `self.replay` and beta annealing over that many."
+        "Chain the DQN update after `samples` (moved to the networks' device); with `updates`, priority feedback to `self.replay` and beta annealing over that many."
+        if self.device.type != 'cpu': samples = ToDevice(samples, self.device)
         pipe = TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma)
         pipe = OptimizerStep(WeightedLoss(pipe), self.optimizer, max_grad_norm)
         pipe = self.target_update = TargetUpdate(pipe, self.model, self.target_model, every=target_every, tau=tau)
@@ -78,8 +93,8 @@ class Learner:
         self.pipe = TrainMetrics(pipe, self.agent, buffer=self.replay)
 
     def iterate(self, steps:int):
-        "Step the env `steps` more times, yielding a metrics row (with `frame`) per update."
-        self.budget.grant(steps)
+        "Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row (with `frame`) per update."
+        self.budget.grant(-(-check_int("steps", steps) // self.stepper.envs.nenvs))
         for row in self.pipe:
             row['frame'] = self.episodes.frames
             yield row

@@ -281,21 +281,29 @@ class ReplayBuffer(BufferCore):
 
 # %% ../nbs/03_memory.ipynb #177f212e
 class ExperienceReplay(IterDataPipe):
-    "Store every step from `source_datapipe`; once `bs` are stored, yield a sampled batch per incoming item."
+    "Store every step from `source_datapipe`; once `warmup` are stored, yield `repeats` sampled batches every `every` items."
     def __init__(self,
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
                  bs:int=1, # batch size of each yielded sample
                  max_sz:int=100, # transitions kept
                  return_idxs:bool=False, # yield `(batch, idxs)` instead of the batch
                  seed:int|None=None, # seeds the sampler
-                 buffer:ReplayBuffer|None=None): # an existing buffer core to wrap instead of a new one
+                 buffer:ReplayBuffer|None=None, # an existing buffer core to wrap instead of a new one
+                 every:int=1, # incoming items between rounds of sampling
+                 repeats:int=1, # batches sampled each round
+                 warmup:int|None=None): # steps stored before the first sample; None: bs
         self.source_datapipe, self.return_idxs = source_datapipe, return_idxs
         self.buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if buffer is None else buffer
+        self.every, self.repeats = check_int('every', every), check_int('repeats', repeats)
+        self.warmup = self.bs if warmup is None else check_int('warmup', warmup)
+        self.items = 0  # incoming items so far, for `every`
 
     def __iter__(self):
         for item in self.source_datapipe:
             self.add(item)
-            if len(self) >= self.bs: yield self.sample()
+            self.items += 1
+            if self.items % self.every or len(self) < max(self.bs, self.warmup): continue
+            for _ in range(self.repeats): yield self.sample()
 
     def sample(self, bs:int|None=None):
         "A sampled batch, or `(batch, idxs)` when `return_idxs`."

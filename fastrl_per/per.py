@@ -72,9 +72,12 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  beta:float=0.4, # importance-sampling exponent at the start of training
                  eps:float=1e-6, # added to every |TD error|
                  return_idxs:bool=False, # yield `(batch, idxs)` instead of the batch
-                 seed:int|None=None): # seeds the sampler
+                 seed:int|None=None, # seeds the sampler
+                 every:int=1, # incoming items between rounds of sampling
+                 repeats:int=1, # batches sampled each round
+                 warmup:int|None=None): # steps stored before the first sample; None: bs
         buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
-        super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer)
+        super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats, warmup=warmup)
 
     lock = property(lambda self: self.buffer.lock)
     prioritizer = property(lambda self: self.buffer.prioritizer)

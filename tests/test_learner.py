@@ -552,3 +552,47 @@ def test_resume_reseeds_envs_even_when_they_already_run():
     assert run.step_n[0] == 0 and run.episode_n[0] == 0
     b.fit(5)
     assert b.episodes.frames == 45
+
+
+# ---- the learner's options: n-step returns, dueling head, several envs, update cadence, device
+
+def test_n_step_transitions_reach_the_buffer_and_the_targets():
+    learner = Learner('CartPole-v1', seed=0, total_steps=400, n_step=3, gamma=0.9)
+    learner.fit(400)
+    stored = learner.replay.memory[:]
+    assert set(stored.n_steps.tolist()) <= {1, 2, 3} and (stored.n_steps == 3).sum() > len(stored) // 2
+    live = stored[~stored.terminated]
+    # a non-terminal 3-step transition bootstraps with 0.9 ** 3
+    from fastrl_per.dqn import td_target
+    batch = live[:8]
+    zero = torch.nn.Linear(4, 2)
+    torch.nn.init.zeros_(zero.weight); torch.nn.init.ones_(zero.bias)   # Q(s', ·) = 1 everywhere
+    torch.testing.assert_close(td_target(batch, zero, 0.9), batch.reward + 0.9 ** batch.n_steps.float())
+
+
+def test_dueling_head_is_used_and_trains():
+    from fastrl_per.dqn import DuelingHead
+    learner = Learner('CartPole-v1', seed=0, total_steps=300, dueling=True)
+    assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.target_model[-1], DuelingHead)
+    rows = learner.fit(300)
+    assert all(np.isfinite(r['loss']) for r in rows)
+
+
+def test_several_envs_step_together_and_count_each_transition():
+    learner = Learner('CartPole-v1', seed=0, total_steps=600, envs=3)
+    learner.fit(300)
+    assert 270 <= learner.episodes.frames <= 300        # 100 vector steps of 3 copies, less the autoreset rows
+    assert set(learner.replay.memory[:].env_id.tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize('kw, updates', [(dict(), 300 - 64 + 1), (dict(warmup=200), 101),
+                                         (dict(train_every=4), 60), (dict(train_every=4, gradient_steps=3, warmup=100), 3 * 51)])
+def test_update_cadence(kw, updates):
+    learner = Learner('CartPole-v1', seed=0, total_steps=300, **kw)
+    assert len(learner.fit(300)) == updates
+
+
+def test_device_is_checked_and_cpu_works():
+    learner = Learner('CartPole-v1', seed=0, total_steps=200, device='cpu')
+    assert learner.device == torch.device('cpu') and len(learner.fit(200)) > 0
+    with pytest.raises(ValueError, match="'gpu0'"): Learner('CartPole-v1', device='gpu0')
