@@ -7,7 +7,7 @@ with the medians.
 
     python benchmarks/learning.py --seeds 10 --jobs 2
 """
-import argparse, sys, time
+import argparse, ast, sys, time
 from multiprocessing import Pool
 import numpy as np
 import torch
@@ -39,9 +39,12 @@ def main():
     p.add_argument('--budget', type=int, default=30_000, help='frame budget per run')
     p.add_argument('--jobs', type=int, default=2, help='runs in parallel (one CPU thread each)')
     p.add_argument('--replay', nargs='+', default=['per', 'uniform'])
+    p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
+                   help="Learner arguments other than the defaults, e.g. --set n_step=3 dueling=True (values read as Python literals)")
     args = p.parse_args()
     print(f"command: python {' '.join(sys.argv)}\n")
-    jobs = [(r, s, args.budget, {}) for s in range(args.seeds) for r in args.replay]
+    kwargs = {k: ast.literal_eval(v) for k, v in (kv.split('=', 1) for kv in args.set)}
+    jobs = [(r, s, args.budget, kwargs) for s in range(args.seeds) for r in args.replay]
     results = []
     with Pool(args.jobs) as pool:
         for r in pool.imap_unordered(run, jobs):  # each run as it finishes, so a stopped run still reports
