@@ -291,11 +291,12 @@ def solved_threshold(env_id:str, solved:float|None) -> float|None:
     check_number('solved', solved)
     return solved or None
 
-def open_run(out, resume, model, config) -> tuple[Learner, Path, dict, int, list[str]]:
-    "The learner, run directory, previous manifest, update count and notes of a new or resumed run; nothing is written for a refused one."
+def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dict, int, list[str]]:
+    "The learner, run directory, previous manifest, update count and notes of a new or resumed run; `check(learner)` may refuse it. Nothing is written for a refused one."
     if resume is None:
         run_dir = check_new_run_dir('runs/dqn' if out is None else out)
         learner = new_learner(model or 'mlp', **config)
+        if check: check(learner)
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
         return learner, run_dir, None, 0, []
@@ -304,6 +305,7 @@ def open_run(out, resume, model, config) -> tuple[Learner, Path, dict, int, list
         raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; a resumed run stays in its directory")
     previous = read_manifest(run_dir)
     learner, state, notes = resume_learner(run_dir, model, config)
+    if check: check(learner)
     if not (run_dir / 'metrics.csv').is_file(): raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
     with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
     if tuple(header) != METRIC_COLUMNS: raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; start a new run")
@@ -382,9 +384,9 @@ class RunBoard:
     def add(self, tag:str, value:float, frame:int): self.writer.add_scalar(tag, value, frame)
 
     def update(self, row:dict, updates:int, buffer):
-        "Take one metrics row; every `every` env steps, write the training and replay scalars."
+        "Take one metrics row; at the first past each multiple of `every` env steps, write the training and replay scalars."
         self.rows.append(row)
-        if row['frame'] - self.last < self.every: return
+        if row['frame'] // self.every == self.last // self.every: return   # a point at the first row past each multiple of `every`
         scalars = {'train/loss': np.mean([r['loss'] for r in self.rows]), 'train/epsilon': row['epsilon'], 'train/beta': row['beta'],
                    'train/updates': updates, **replay_scalars(buffer)}
         weights = [r['weight'] for r in self.rows if 'weight' in r]
@@ -423,8 +425,9 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     torch.set_num_threads(threads)
-    learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options))
-    if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
+    def check(learner):
+        if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
+    learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options), check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
     save_run(run_dir, learner, manifest, updates)
