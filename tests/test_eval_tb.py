@@ -184,3 +184,17 @@ def test_ale_py_missing_names_the_atari_extra(tmp_path):
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
     assert done.stderr.strip() == "fastrl_per train: error: Atari envs need ale-py and OpenCV: pip install -e '.[atari]'"
     assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('learner', [(), ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1')])
+def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
+    "The same seed with and without evaluations: the same losses, returns and schedules (the training agent, its window and RNGs untouched)."
+    runs = {}
+    for every in (0, 100):
+        out = tmp_path / f'every{every}'
+        run('train', '--out', out, '--steps', 250, '--eval-every', every, '--eval-episodes', 2, '--no-progress', *learner, check=0)
+        runs[every] = metrics(out)
+    columns = ('frame', 'update', 'loss', 'epsilon', 'beta', 'episode_return')
+    assert [[r[c] for c in columns] for r in runs[0]] == [[r[c] for c in columns] for r in runs[100]]
+    assert [r['frame'] for r in runs[100] if r['eval_return']] == ['100', '200', '250']
+    assert (tmp_path / 'every100' / 'best.pt').exists() and not (tmp_path / 'every0' / 'best.pt').exists()
