@@ -84,8 +84,8 @@ def commands() -> dict:
     "The subcommands of `fastrl_per`: name → (function, what it does, example invocations)."
     return dict(train=(train, "train DQN with prioritized (or uniform) replay into a run directory",
                        ['fastrl_per train --env CartPole-v1 --seed 0 --out runs/dqn', 'fastrl_per train --resume runs/dqn --steps 40000']),
-                evaluate=(evaluate, "run greedy episodes with a run's network (--video records them)",
-                          ['fastrl_per evaluate runs/dqn', 'fastrl_per evaluate runs/dqn --episodes 1 --video']))
+                evaluate=(evaluate, "run greedy episodes with a run's best network (--latest: its last; --video records them)",
+                          ['fastrl_per evaluate runs/dqn', 'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
 
 def make_parser() -> argparse.ArgumentParser:
     "The parser of `fastrl_per` and its subcommands."

@@ -44,6 +44,7 @@ class Priorities:
         self.writes = np.zeros(capacity, np.int32)         # how many times each key was (re)written
         self.sampled_at = np.full(capacity, -1, np.int32)  # `writes` of the key when it was last drawn (-1: never)
         self.tree = SumTree(capacity)
+        self._stale_dropped = 0                            # updates the stale rule dropped
 
     def __repr__(self): return f"Priorities(capacity={self.capacity}, alpha={self.alpha}, beta={self.beta}, total={self.tree.total:.6g})"
 
@@ -57,6 +58,11 @@ class Priorities:
             raise ValueError(f"{what} {float(p):.6g} ** alpha={alpha!r} overflows: every p ** alpha must stay "
                              f"at most {self.ceiling:g}, so that the total priority is finite")
         return leaves
+
+    @property
+    def stale_dropped(self) -> int:
+        "How many priority updates were dropped because their key was rewritten since its draw."
+        return self._stale_dropped
 
     @property
     def alpha(self) -> float: return self._alpha
@@ -118,7 +124,7 @@ def set_active(self:Priorities, keys, active):
 def moved(self:Priorities, capacity:int, old, new) -> Priorities:
     "A core of `capacity` keys with this one's exponents and `max_priority`, whose keys `new` hold what keys `old` hold here."
     other = Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule)
-    other.beta0, other.max_priority = self.beta0, self.max_priority
+    other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
     for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
     other.relay(new)
     return other
@@ -153,7 +159,9 @@ def update(self:Priorities,
     leaves = self.leaves_of(prios)
     sampled_at = self.sampled_at[keys]
     fresh = (sampled_at == self.writes[keys]) | (sampled_at < 0)
-    if not fresh.all(): keys, prios, leaves = keys[fresh], prios[fresh], leaves[fresh]
+    if not fresh.all():
+        self._stale_dropped += int(len(fresh) - fresh.sum())
+        keys, prios, leaves = keys[fresh], prios[fresh], leaves[fresh]
     if not len(keys): return
     self.raw[keys] = prios
     self.tree.update_unchecked(keys, leaves * self.active[keys])   # checked above, repeats removed
@@ -173,8 +181,8 @@ def check_tensor(name:str, value, rows:int, dtype:torch.dtype|None=None, one_d:b
 
 @patch
 def state_dict(self:Priorities, keys) -> dict:
-    "The exponents, `max_priority` and the raw priorities and write counts of `keys`."
-    return dict({k: getattr(self, k) for k in STATE_SCALARS}, priorities=torch.from_numpy(self.raw[keys]),
+    "The exponents, `max_priority`, the stale-drop count and the raw priorities and write counts of `keys`."
+    return dict({k: getattr(self, k) for k in STATE_SCALARS}, stale_dropped=self._stale_dropped, priorities=torch.from_numpy(self.raw[keys]),
                 writes=torch.from_numpy(self.writes[keys]), sampled_at=torch.from_numpy(self.sampled_at[keys]))
 
 @patch
@@ -184,6 +192,7 @@ def check_state(self:Priorities, state:dict, n:int):
     if missing: raise ValueError(f"prioritized state is missing {sorted(missing)}")
     for k in ('alpha', 'beta', 'beta0'): check_number(k, state[k])
     for k in ('eps', 'max_priority'): check_number(k, state[k], low_ok=False)
+    check_int('stale_dropped', state.get('stale_dropped', 0), low=0)
     for k, dtype in STATE_ARRAYS.items(): check_tensor(k, state[k], n, dtype)
     prios, writes, sampled_at = (state[k].numpy() for k in STATE_ARRAYS)
     if n and not (prios.min() > 0 and prios.max() <= state['max_priority']):
@@ -204,6 +213,7 @@ def load_state_dict(self:Priorities,
     self.check_state(state, len(keys))
     loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule)
     for k in STATE_SCALARS: setattr(loaded, k, state[k])
+    loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
     loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active
     loaded.writes[keys], loaded.sampled_at[keys] = state['writes'].numpy(), state['sampled_at'].numpy()
     loaded.relay(keys)
@@ -221,6 +231,7 @@ class PriorityKnobs:
     eps = _knob('eps', "Added to every |TD error|.")
     max_priority = _knob('max_priority', "The largest raw priority |td| + eps seen; new items enter with it.")
     tree = _knob('tree', "The `SumTree` of priority ** alpha.")
+    stale_dropped = _knob('stale_dropped', "How many priority updates were dropped because their item was replaced since it was drawn.")
 
     def set_alpha(self, value):
         "Set alpha and re-lay the tree; a rejected alpha changes nothing."

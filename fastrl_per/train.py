@@ -4,32 +4,35 @@
 
 # %% ../nbs/07_train.ipynb #2de80663
 from __future__ import annotations
-import csv, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, warnings
+import copy, csv, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, warnings
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
 import numpy as np
 import torch
 import gymnasium as gym
+from gymnasium.error import DependencyNotInstalled
 from fastprogress.fastprogress import progress_bar
 import fastrl_per
 from . import __version__
 from .learner import Learner
 from .recurrent_learner import RecurrentLearner
+from .atari import is_atari, register_atari
 from .checks import check_int, check_number, save_atomically, write_atomically
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'FLAG_NAMES', 'is_run', 'check_new_run_dir', 'remove_orphans',
-           'share_mode', 'save_checkpoint', 'load_checkpoint', 'read_metrics', 'keep_metrics_until', 'plot_metrics',
-           'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model', 'software', 'machine',
-           'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest', 'manifest_differences', 'flag',
-           'learner_config', 'learner_classes', 'restore_learner', 'new_learner', 'resume_learner', 'RunInterrupted',
-           'StopSignals', 'solved_threshold', 'open_run', 'save_run', 'metrics_row', 'train', 'check_video_extra',
-           'greedy_returns', 'evaluate']
+__all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_NAMES', 'is_run', 'check_new_run_dir',
+           'remove_orphans', 'share_mode', 'save_checkpoint', 'load_checkpoint', 'read_metrics', 'keep_metrics_until',
+           'plot_metrics', 'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model', 'software',
+           'machine', 'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest',
+           'manifest_differences', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes',
+           'restore_learner', 'new_learner', 'resume_learner', 'RunInterrupted', 'StopSignals', 'solved_threshold',
+           'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best', 'load_best',
+           'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train', 'check_video_extra', 'evaluate']
 
 # %% ../nbs/07_train.ipynb #de10509c
-RUN_FILES = ('run.json', 'checkpoint.pt', 'metrics.csv', 'plot.png')
-METRIC_COLUMNS = ('frame', 'update', 'loss', 'epsilon', 'beta', 'episode_return')
+RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
+METRIC_COLUMNS = ('frame', 'update', 'loss', 'epsilon', 'beta', 'episode_return', 'eval_return')
 
 def is_run(path) -> bool:
     "Whether `path` is a run directory of this library (it holds a run.json or a checkpoint.pt)."
@@ -90,7 +93,7 @@ def keep_metrics_until(run_dir:Path, frame:int):
 
 # %% ../nbs/07_train.ipynb #f5d6a3d1
 def plot_metrics(run_dir) -> Path:
-    "Plot return and epsilon against env steps, loss and beta against updates, to `run_dir/plot.png`."
+    "Plot the returns (of episodes and of greedy evaluations) and epsilon against env steps, loss and beta against updates, to `run_dir/plot.png`."
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -100,6 +103,8 @@ def plot_metrics(run_dir) -> Path:
     axs[0].plot(m['frame'][ended], m['episode_return'][ended], '.', alpha=0.4, label='episode')
     if ended.sum() >= 20:
         axs[0].plot(m['frame'][ended][19:], np.convolve(m['episode_return'][ended], np.ones(20) / 20, 'valid'), label='mean of 20')
+    evaluated = ~np.isnan(m['eval_return'])
+    if evaluated.any(): axs[0].plot(m['frame'][evaluated], m['eval_return'][evaluated], 'o-', label='greedy evaluation')
     axs[0].legend()
     for ax, name, x in zip(axs[1:], ('loss', 'epsilon', 'beta'), ('update', 'frame', 'update')): ax.plot(m[x], m[name], lw=0.5)
     for ax, name, x in zip(axs, ('return', 'loss', 'epsilon', 'beta'), ('env steps', 'updates', 'env steps', 'updates')):
@@ -194,6 +199,19 @@ def manifest_differences(manifest:dict|None) -> list[str]:
         lines.append(f"the run was written at git revision {old_git.get('revision')}, this is {new_git.get('revision')}")
     return lines
 
+# %% ../nbs/07_train.ipynb #14fea772
+BOX2D_EXTRA = "pip install -e '.[box2d]'"
+
+def check_env_dependencies(env_id):
+    "Build `env_id` once (registering the Atari envs for an `ALE/...` id); a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs."
+    if is_atari(env_id): register_atari()
+    if not isinstance(env_id, str) or env_id not in gym.registry: return   # the learner names an unknown id
+    try: gym.make(env_id).close()
+    except DependencyNotInstalled as e:
+        missing = getattr(e.__cause__, 'name', None) or 'a package gymnasium did not find'
+        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(gym.spec(env_id).entry_point) else ' '.join(str(e).split())
+        raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
+
 # %% ../nbs/07_train.ipynb #60ecb55d
 FLAG_NAMES = dict(env_id='env', total_steps='steps')
 
@@ -214,6 +232,7 @@ def restore_learner(state:dict) -> Learner:
     "The learner a checkpoint was written by, with its state restored."
     classes = {cls.__name__: cls for cls in learner_classes().values()}
     if state.get('learner') not in classes: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
+    check_env_dependencies((state.get('config') or {}).get('env_id'))
     try: learner = classes[state['learner']](**state['config'])
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
     learner.load_state_dict(state)
@@ -226,6 +245,7 @@ def new_learner(model:str, **config) -> Learner:
     params = inspect.signature(cls).parameters
     foreign = [flag(k) for k in config if k not in params]
     if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to --model {model}")
+    check_env_dependencies(config.get('env_id', params['env_id'].default))
     return cls(**config)
 
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
@@ -271,11 +291,12 @@ def solved_threshold(env_id:str, solved:float|None) -> float|None:
     check_number('solved', solved)
     return solved or None
 
-def open_run(out, resume, model, config) -> tuple[Learner, Path, dict, int, list[str]]:
-    "The learner, run directory, previous manifest, update count and notes of a new or resumed run; nothing is written for a refused one."
+def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dict, int, list[str]]:
+    "The learner, run directory, previous manifest, update count and notes of a new or resumed run; `check(learner)` may refuse it. Nothing is written for a refused one."
     if resume is None:
         run_dir = check_new_run_dir('runs/dqn' if out is None else out)
         learner = new_learner(model or 'mlp', **config)
+        if check: check(learner)
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
         return learner, run_dir, None, 0, []
@@ -284,6 +305,7 @@ def open_run(out, resume, model, config) -> tuple[Learner, Path, dict, int, list
         raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; a resumed run stays in its directory")
     previous = read_manifest(run_dir)
     learner, state, notes = resume_learner(run_dir, model, config)
+    if check: check(learner)
     if not (run_dir / 'metrics.csv').is_file(): raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
     with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
     if tuple(header) != METRIC_COLUMNS: raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; start a new run")
@@ -294,6 +316,86 @@ def open_run(out, resume, model, config) -> tuple[Learner, Path, dict, int, list
     keep_metrics_until(run_dir, learner.episodes.frames)
     return learner, run_dir, previous, int(state.get('updates', 0)), notes
 
+# %% ../nbs/07_train.ipynb #ce327b7e
+def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
+    "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
+    if video_dir is None: env = gym.make(env_id)
+    else:
+        with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is what we want
+            warnings.filterwarnings('ignore', message='.*Overwriting existing videos')
+            env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
+                                           name_prefix=f'greedy-seed{seed}')
+    device, returns = next(agent.model.parameters()).device, []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done, first = 0., False, True
+        while not done:
+            if hasattr(agent, 'new_episodes'): agent.new_episodes(np.array([first]))
+            with torch.no_grad(): action = agent.model(agent.model_input(torch.as_tensor(obs, device=device)[None])).argmax().item()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            first = False
+            total, done = total + float(reward), terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+def check_eval_seed(eval_seed:int, episodes:int, config:dict):
+    "A `ValueError` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, `seed` to `seed + total_steps`."
+    check_int('eval_seed', eval_seed, low=0)
+    seed, total = config['seed'], config['total_steps']
+    if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
+        raise ValueError(f"--eval-seed {eval_seed} would evaluate on the training env's seeds ({seed} to {seed + total}); choose one outside them")
+
+def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
+    "Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and window stay as they are."
+    return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
+
+def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int):
+    "Write `learner`'s network and how it was evaluated to `run_dir/best.pt`, atomically."
+    save_atomically(dict(learner=type(learner).__name__, config=learner.config, model=learner.model.state_dict(), frame=frame,
+                         update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed), Path(run_dir) / 'best.pt')
+
+def load_best(run_dir) -> dict|None:
+    "`run_dir`'s best.pt (network, step and score of the best evaluation), None for a run without one."
+    path = Path(run_dir) / 'best.pt'
+    if not path.exists(): return None
+    try: best = torch.load(path, weights_only=True)
+    except Exception as e: raise ValueError(f"cannot read {str(path)!r}: {e}") from e
+    if not isinstance(best, dict) or not {'model', 'frame', 'eval_return'} <= set(best): raise ValueError(f"{str(path)!r} is not a fastrl_per best network")
+    return best
+
+# %% ../nbs/07_train.ipynb #87089821
+def replay_scalars(buffer) -> dict:
+    "Mean and largest raw priority over the items a prioritized buffer stores, and the stale updates it dropped; {} for a uniform buffer."
+    core = getattr(buffer, 'prioritizer', None)
+    if core is None: return {}
+    stored = core.raw[core.raw > 0]
+    if not len(stored): return {}
+    return {'replay/mean_priority': float(stored.mean()), 'replay/max_priority': float(stored.max()), 'replay/stale_dropped': core.stale_dropped}
+
+class RunBoard:
+    "TensorBoard scalars of a run in `run_dir/tb`, against env steps: returns as they come, training and replay scalars every `every` env steps."
+    def __init__(self, run_dir:Path, every:int, start:int=0): # start: the env step a resumed run continues from
+        from torch.utils.tensorboard import SummaryWriter
+        check_int('every', every)
+        self.writer = SummaryWriter(str(Path(run_dir) / 'tb'), purge_step=start + 1 if start else None)
+        self.every, self.last, self.rows = every, start, []
+
+    def add(self, tag:str, value:float, frame:int): self.writer.add_scalar(tag, value, frame)
+
+    def update(self, row:dict, updates:int, buffer):
+        "Take one metrics row; at the first past each multiple of `every` env steps, write the training and replay scalars."
+        self.rows.append(row)
+        if row['frame'] // self.every == self.last // self.every: return   # a point at the first row past each multiple of `every`
+        scalars = {'train/loss': np.mean([r['loss'] for r in self.rows]), 'train/epsilon': row['epsilon'], 'train/beta': row['beta'],
+                   'train/updates': updates, **replay_scalars(buffer)}
+        weights = [r['weight'] for r in self.rows if 'weight' in r]
+        if weights: scalars['replay/mean_weight'] = np.mean(weights)
+        for tag, value in scalars.items(): self.add(tag, value, row['frame'])
+        self.last, self.rows = row['frame'], []
+
+    def close(self): self.writer.close()
+
 # %% ../nbs/07_train.ipynb #faaa3962
 def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
@@ -303,21 +405,29 @@ def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bo
     write_manifest(run_dir, manifest)
     share_mode(run_dir)
 
-def metrics_row(row:dict, update:int, ended) -> list:
-    return [row['frame'], update, f"{row['loss']:.6g}", f"{row['epsilon']:.4g}", f"{row['beta']:.4g}", ended]
+def metrics_row(row:dict, update:int, ended, evaluated) -> list:
+    return [row['frame'], update, f"{row['loss']:.6g}", f"{row['epsilon']:.4g}", f"{row['beta']:.4g}", ended,
+            evaluated if evaluated == '' else f"{evaluated:.6g}"]
 
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
           model:str|None=None, # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
           solved:float|None=None, # stop once the mean return of 20 episodes reaches this; default: the env's reward threshold (475 for CartPole-v1), 0: never
           checkpoint_every:int=5_000, # env steps between checkpoints
+          eval_every:int=2_500, # env steps between greedy evaluations on an env of their own, and one at the end (0: none); the best network goes to best.pt
+          eval_episodes:int=5, # greedy episodes per evaluation
+          eval_seed:int=1_000_000_000, # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds
+          log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
           progress:bool=True, # show a progress bar
           **options): # the learner's arguments, `Learner`'s or `RecurrentLearner`'s, named as their flags (`env`, `steps` for `env_id`, `total_steps`)
-    "Train DQN; write the manifest, metrics, checkpoints and a plot to the run directory."
-    check_int('checkpoint_every', checkpoint_every); check_int('threads', threads)
+    "Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot to the run directory."
+    check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
+    check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     torch.set_num_threads(threads)
-    learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options))
+    def check(learner):
+        if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
+    learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options), check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
     save_run(run_dir, learner, manifest, updates)
@@ -325,26 +435,41 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     bar = progress_bar(range(total)) if progress else None
     if bar: bar.update(learner.episodes.frames)
     n_returns, shown = len(learner.episodes.returns), learner.episodes.frames
+    best = load_best(run_dir)
+    best_score = -math.inf if best is None else best['eval_return']
+    next_eval = (saved // eval_every + 1) * eval_every if eval_every else math.inf
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
     with StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
-        writer, rows = csv.writer(f), learner.iterate(total - learner.episodes.frames)
-        while stop.signum is None:
-            try: row = next(rows, None)
-            except ValueError as e: raise failed(learner.episodes.frames, e) from e
-            if row is None: break
-            if not math.isfinite(row['loss']): raise failed(row['frame'], f"the loss is {row['loss']}")
-            updates, returns = updates + 1, learner.episodes.returns
-            writer.writerow(metrics_row(row, updates, returns[-1][1] if len(returns) > n_returns else ''))
-            n_returns = len(returns)
-            if bar and row['frame'] - shown >= 250:
-                bar.comment = f"return (mean of 20) {learner.episodes.recent(20):.1f}"
-                bar.update(shown := row['frame'])
-            if row['frame'] - saved >= checkpoint_every:
-                f.flush()
-                save_run(run_dir, learner, manifest, updates)
-                saved = row['frame']
-            if threshold and len(returns) >= 20 and learner.episodes.recent(20) >= threshold: break
+        writer, rows, board = csv.writer(f), learner.iterate(total - learner.episodes.frames), RunBoard(run_dir, log_every, saved)
+        try:
+            while stop.signum is None:
+                try: row = next(rows, None)
+                except ValueError as e: raise failed(learner.episodes.frames, e) from e
+                if row is None: break
+                if not math.isfinite(row['loss']): raise failed(row['frame'], f"the loss is {row['loss']}")
+                updates, returns = updates + 1, learner.episodes.returns
+                for frame, ret in returns[n_returns:]: board.add('return/episode', ret, frame)
+                last = row['frame'] >= total or bool(threshold and len(returns) >= 20 and learner.episodes.recent(20) >= threshold)
+                score = ''
+                if eval_every and (row['frame'] >= next_eval or last):
+                    score, next_eval = evaluate_greedily(learner, eval_episodes, eval_seed), (row['frame'] // eval_every + 1) * eval_every
+                    board.add('return/eval', score, row['frame'])
+                    if score >= best_score:
+                        save_best(run_dir, learner, row['frame'], updates, score, eval_episodes, eval_seed)
+                        best_score, best = score, dict(frame=row['frame'], eval_return=score)
+                writer.writerow(metrics_row(row, updates, returns[-1][1] if len(returns) > n_returns else '', score))
+                board.update(row, updates, learner.replay)
+                n_returns = len(returns)
+                if bar and row['frame'] - shown >= 250:
+                    bar.comment = f"return (mean of 20) {learner.episodes.recent(20):.1f}"
+                    bar.update(shown := row['frame'])
+                if row['frame'] - saved >= checkpoint_every:
+                    f.flush()
+                    save_run(run_dir, learner, manifest, updates)
+                    saved = row['frame']
+                if last: break
+        finally: board.close()
     if bar:
         bar.update(learner.episodes.frames)
         sys.stdout.write('\n')  # end the bar's line
@@ -356,8 +481,10 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         raise RunInterrupted(f"stopped by {signal.Signals(stop.signum).name} at step {frames} of {total}: saved checkpoint.pt, metrics.csv, "
                              f"run.json and plot.png in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}", stop.signum)
     solved_note = f" (solved: reached {threshold:g})" if threshold and recent >= threshold else ''
+    best_note = f"; best greedy evaluation {best['eval_return']:.1f} at step {best['frame']} (best.pt)" if best else ''
     return ''.join(n + '\n' for n in notes) + (f"{frames} steps, {updates} updates, {len(learner.episodes.returns)} episodes, "
-            f"mean return of the last 20: {recent:.1f}{solved_note}; wrote {run_dir}/run.json, metrics.csv, plot.png, checkpoint.pt")
+            f"mean return of the last 20: {recent:.1f}{solved_note}{best_note}; wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, "
+            f"checkpoint.pt{', best.pt' if best else ''}")
 
 # %% ../nbs/07_train.ipynb #822e0111
 def check_video_extra():
@@ -365,41 +492,27 @@ def check_video_extra():
     try: import moviepy
     except ImportError: raise ValueError("recording video needs the video extra: pip install \"fastrl_per[video]\"") from None
 
-def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
-    "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
-    if video_dir is None: env = gym.make(env_id)
-    else:
-        with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is what we want
-            warnings.filterwarnings('ignore', message='.*Overwriting existing videos')
-            env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
-                                           name_prefix=f'greedy-seed{seed}')
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed + i)
-        total, done, first = 0., False, True
-        while not done:
-            if hasattr(agent, 'new_episodes'): agent.new_episodes(np.array([first]))
-            with torch.no_grad(): action = agent.model(agent.model_input(torch.as_tensor(obs)[None])).argmax().item()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            first = False
-            total, done = total + float(reward), terminated or truncated
-        returns.append(total)
-    env.close()
-    return returns
-
 def evaluate(run_dir:str, # a run directory written by train
              episodes:int=10, # greedy episodes to run
              seed:int=10_000, # seeds the evaluation envs (episode i uses seed + i)
-             video:bool=False): # record the episodes as MP4 files in RUN_DIR/videos (needs the video extra)
-    "Mean return of greedy episodes with the network in `run_dir`'s checkpoint."
+             video:bool=False, # record the episodes as MP4 files in RUN_DIR/videos (needs the video extra)
+             latest:bool=False): # use the last network (checkpoint.pt) instead of the best evaluated one (best.pt)
+    "Mean return of greedy episodes with the best network of `run_dir` (its best.pt; `latest`: its checkpoint's), saying which."
     check_int('episodes', episodes)
     if video: check_video_extra()
     state = load_checkpoint(run_dir)
+    best = None if latest else load_best(run_dir)
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
     learner = restore_learner(state)
+    if best is None: network = f"checkpoint.pt (the latest, step {state['frames']}{'' if latest else '; the run has no best.pt'})"
+    else:
+        try: learner.model.load_state_dict(best['model'])
+        except (RuntimeError, KeyError) as e: raise ValueError(f"{str(Path(run_dir) / 'best.pt')!r} does not fit the run's network: {e}") from e
+        network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
     video_dir = Path(run_dir) / 'videos' if video else None
     returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
-    summary = f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} (min {min(returns):.0f}, max {max(returns):.0f})"
+    summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "
+               f"(min {min(returns):.0f}, max {max(returns):.0f}); network: {network}")
     if not video: return summary
     share_mode(run_dir)
     return summary + ''.join(f"\nvideo: {video_dir / f'greedy-seed{seed}-episode-{i}.mp4'}" for i in range(episodes))

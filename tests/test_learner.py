@@ -421,9 +421,9 @@ def test_resume_continues_counters(base_run, tmp_path):
     # one row per update, no frame twice, contiguous from the first update to the last frame
     assert len(set(frames.tolist())) == len(frames)
     np.testing.assert_array_equal(frames, np.arange(64, 501))
-    assert sorted(p.name for p in run.iterdir()) == ['checkpoint.pt', 'metrics.csv', 'plot.png', 'run.json']
-    # evaluate: a sentence with the mean of greedy episodes of the checkpoint's network
-    out = evaluate(str(run), episodes=2)
+    assert sorted(p.name for p in run.iterdir()) == ['best.pt', 'checkpoint.pt', 'metrics.csv', 'plot.png', 'run.json', 'tb']
+    # evaluate --latest: a sentence with the mean of greedy episodes of the checkpoint's network
+    out = evaluate(str(run), episodes=2, latest=True)
     assert isinstance(out, str) and 'mean return over 2 greedy episodes' in out
     learner = Learner(**state['config'])
     learner.load_state_dict(state)
@@ -432,7 +432,7 @@ def test_resume_continues_counters(base_run, tmp_path):
 
 
 def snapshot(run):
-    return {p.name: p.read_bytes() for p in sorted(Path(run).iterdir())}
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(Path(run).rglob('*')) if p.is_file()}
 
 
 def corrupt(run):

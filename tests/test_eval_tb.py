@@ -1,0 +1,200 @@
+"""Evaluation during training and best.pt, TensorBoard event files read back, the stale-drop
+count of the priority core, and the one-line errors for envs whose extra is missing: real
+`fastrl_per` subprocesses, real envs, real files."""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fastrl_per.core import SimpleStep
+from fastrl_per.per import PrioritizedExperienceReplay
+from fastrl_per.train import RunBoard
+
+COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
+
+
+def run(*args, command=COMMAND, check=None):
+    done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, COLUMNS='100'))
+    if check is not None: assert done.returncode == check, (done.returncode, done.stdout, done.stderr)
+    return done
+
+
+def without(module):
+    "The command run by a Python that finds `module` missing (None in sys.modules stops its import)."
+    return [sys.executable, '-c', f'import sys; sys.modules[{module!r}] = None; from fastrl_per.cli import main; main()']
+
+
+def metrics(run_dir):
+    with open(Path(run_dir) / 'metrics.csv', newline='') as f: return list(csv.DictReader(f))
+
+
+def scalars(run_dir) -> dict:
+    "Tag → list of (step, value) of the TensorBoard scalars in `run_dir/tb`, as TensorBoard reads them."
+    events = EventAccumulator(str(Path(run_dir) / 'tb'))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
+
+
+def point_steps(frames, every, start=0):
+    "The env steps of the rows that open a new `every`-long interval: where the training scalars get a point."
+    return [f for prev, f in zip([start] + frames, frames) if f // every != prev // every]
+
+
+@pytest.fixture(scope='module')
+def evaluated_run(tmp_path_factory):
+    "A 300-step run evaluated every 100 env steps, logging every 50."
+    out = tmp_path_factory.mktemp('runs') / 'run'
+    run('train', '--out', out, '--steps', 300, '--eval-every', 100, '--eval-episodes', 2, '--log-every', 50, '--no-progress', check=0)
+    return out
+
+
+def test_evaluations_go_to_metrics_and_the_best_to_best_pt(evaluated_run):
+    rows = metrics(evaluated_run)
+    evals = [(int(r['frame']), float(r['eval_return'])) for r in rows if r['eval_return']]
+    assert [f for f, _ in evals] == [100, 200, 300]
+    best = torch.load(evaluated_run / 'best.pt', weights_only=True)
+    top = max(s for _, s in evals)
+    assert best['eval_return'] == pytest.approx(top, rel=1e-5)
+    assert best['frame'] == max(f for f, s in evals if s == pytest.approx(top, rel=1e-5))  # a later tie replaces it
+    assert (best['eval_episodes'], best['eval_seed'], best['learner']) == (2, 10 ** 9, 'Learner')
+    assert (evaluated_run / 'plot.png').exists()
+
+
+def test_tensorboard_has_every_scalar_with_its_points(evaluated_run):
+    rows, got = metrics(evaluated_run), scalars(evaluated_run)
+    manifest = json.loads((evaluated_run / 'run.json').read_text())
+    frames = [int(r['frame']) for r in rows]
+    steps = point_steps(frames, 50)
+    for tag in ('train/loss', 'train/epsilon', 'train/beta', 'train/updates',
+                'replay/mean_priority', 'replay/max_priority', 'replay/stale_dropped'):
+        assert [s for s, _ in got[tag]] == steps, tag
+    assert [v for _, v in got['train/updates']] == [frames.index(s) + 1 for s in steps]  # update count of that row
+    assert len(got['return/episode']) == manifest['episodes']
+    assert [(s, pytest.approx(v, rel=1e-5)) for s, v in got['return/eval']] == \
+        [(int(r['frame']), float(r['eval_return'])) for r in rows if r['eval_return']]
+    assert all(m >= mean > 0 for (_, mean), (_, m) in zip(got['replay/mean_priority'], got['replay/max_priority']))
+    assert 'replay/mean_weight' not in got  # until the learner's rows carry the batches' mean weight
+
+
+def test_uniform_replay_logs_no_priorities(tmp_path):
+    out = tmp_path / 'run'
+    run('train', '--out', out, '--steps', 150, '--replay', 'uniform', '--eval-every', 0, '--log-every', 50, '--no-progress', check=0)
+    got = scalars(out)
+    assert not any(tag.startswith('replay/') for tag in got) and 'return/eval' not in got and 'train/loss' in got
+    assert not (out / 'best.pt').exists() and not any(r['eval_return'] for r in metrics(out))
+    done = run('evaluate', out, '--episodes', 1, check=0)
+    assert 'network: checkpoint.pt (the latest, step 150; the run has no best.pt)' in done.stdout
+
+
+def test_resume_keeps_the_best_so_far(tmp_path):
+    out = tmp_path / 'run'
+    args = ('--eval-every', 100, '--eval-episodes', 2, '--no-progress')
+    run('train', '--out', out, '--steps', 200, *args, check=0)
+    first = torch.load(out / 'best.pt', weights_only=True)
+    run('train', '--resume', out, '--steps', 400, *args, check=0)
+    evals = [(int(r['frame']), float(r['eval_return'])) for r in metrics(out) if r['eval_return']]
+    assert [f for f, _ in evals] == [100, 200, 300, 400]
+    best = torch.load(out / 'best.pt', weights_only=True)
+    top = max(s for _, s in evals)
+    assert best['eval_return'] == pytest.approx(top, rel=1e-5) and best['eval_return'] >= first['eval_return']
+    assert best['frame'] == max(f for f, s in evals if s == pytest.approx(top, rel=1e-5))
+
+
+def test_evaluate_plays_best_pt_unless_latest(evaluated_run, tmp_path):
+    "A best.pt whose network always pushes right: evaluate must play exactly that policy."
+    run_dir = tmp_path / 'run'
+    subprocess.run(['cp', '-r', str(evaluated_run), str(run_dir)], check=True)
+    best = torch.load(run_dir / 'best.pt', weights_only=True)
+    last = max(k for k in best['model'] if k.endswith('.weight'))
+    best['model'][last] = torch.zeros_like(best['model'][last])
+    best['model'][last.replace('weight', 'bias')] = torch.tensor([0., 1.])
+    best['eval_return'], best['frame'] = 12.5, 100
+    torch.save(best, run_dir / 'best.pt')
+    env, right = gym.make('CartPole-v1'), []
+    for i in range(2):
+        env.reset(seed=10_000 + i)
+        total, done = 0., False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(1)
+            total, done = total + reward, terminated or truncated
+        right.append(total)
+    done = run('evaluate', run_dir, '--episodes', 2, check=0)
+    assert f'greedy episodes: {np.mean(right):.1f} ' in done.stdout, done.stdout
+    assert 'network: best.pt (the best evaluation, 12.5 at step 100)' in done.stdout
+    latest = run('evaluate', run_dir, '--episodes', 2, '--latest', check=0)
+    assert 'network: checkpoint.pt (the latest, step 300)' in latest.stdout
+
+
+def test_a_bad_eval_setting_is_one_line_and_writes_nothing(tmp_path):
+    for args, message in [(('--eval-seed', 100), '--eval-seed 100 would evaluate on the training env'),
+                          (('--eval-episodes', 0), 'eval_episodes must be an int >= 1'),
+                          (('--eval-every', -1), 'eval_every must be an int >= 0'),
+                          (('--log-every', 0), 'log_every must be an int >= 1')]:
+        done = run('train', '--out', tmp_path / 'run', '--steps', 100, *args)
+        assert done.returncode == 1 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / 'run').exists() or not any((tmp_path / 'run').iterdir())
+
+
+def test_a_resumed_board_hides_the_points_past_its_checkpoint(tmp_path):
+    board = RunBoard(tmp_path, every=100)
+    for step in (100, 200, 300): board.add('return/eval', step / 100, step)
+    board.close()
+    board = RunBoard(tmp_path, every=100, start=200)   # resumed from a checkpoint at step 200
+    board.add('return/eval', 30., 300)
+    board.close()
+    assert scalars(tmp_path)['return/eval'] == [(100, 1.), (200, 2.), (300, 30.)]
+
+
+def test_the_buffer_counts_stale_updates_and_saves_the_count():
+    steps = [SimpleStep(state=[float(i)], action=0, next_state=[float(i)], terminated=False, truncated=False, reward=0.,
+                        total_reward=0., env_id=0, step_n=i, episode_n=0) for i in range(6)]
+    buf = PrioritizedExperienceReplay(None, bs=4, max_sz=4, seed=0)
+    buf.add(SimpleStep.from_steps(steps[:4]))
+    idxs = buf.sample().idxs
+    buf.add(SimpleStep.from_steps(steps[4:]))                    # slots 0 and 1 get new steps
+    buf.update_priorities(idxs, torch.ones(len(idxs)))
+    assert buf.stale_dropped == int(np.isin(idxs.numpy(), [0, 1]).sum()) > 0
+    other = PrioritizedExperienceReplay(None, bs=4, max_sz=4)
+    other.load_state_dict(buf.state_dict())
+    assert other.stale_dropped == buf.stale_dropped
+    with pytest.raises(AttributeError): buf.stale_dropped = 0  # read-only
+
+
+# envs that need an extra
+
+def test_box2d_missing_names_the_box2d_extra(tmp_path):
+    done = run('train', '--env', 'LunarLander-v3', '--out', tmp_path / 'run', command=without('Box2D'))
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+    assert done.stderr.strip() == "fastrl_per train: error: LunarLander-v3 needs Box2D, which is not installed: pip install -e '.[box2d]'"
+    assert not (tmp_path / 'run').exists()
+
+
+def test_ale_py_missing_names_the_atari_extra(tmp_path):
+    done = run('train', '--env', 'ALE/Pong-v5', '--out', tmp_path / 'run', command=without('ale_py'))
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+    assert done.stderr.strip() == "fastrl_per train: error: Atari envs need ale-py and OpenCV: pip install -e '.[atari]'"
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('learner', [(), ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1')])
+def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
+    "The same seed with and without evaluations: the same losses, returns and schedules (the training agent, its window and RNGs untouched)."
+    runs = {}
+    for every in (0, 100):
+        out = tmp_path / f'every{every}'
+        run('train', '--out', out, '--steps', 250, '--eval-every', every, '--eval-episodes', 2, '--no-progress', *learner, check=0)
+        runs[every] = metrics(out)
+    columns = ('frame', 'update', 'loss', 'epsilon', 'beta', 'episode_return')
+    assert [[r[c] for c in columns] for r in runs[0]] == [[r[c] for c in columns] for r in runs[100]]
+    assert [r['frame'] for r in runs[100] if r['eval_return']] == ['100', '200', '250']
+    assert (tmp_path / 'every100' / 'best.pt').exists() and not (tmp_path / 'every0' / 'best.pt').exists()
