@@ -268,7 +268,8 @@ class TrainMetrics(IterDataPipe):
     def __iter__(self):
         buffer = buffer_or_upstream(self.source_datapipe, self.buffer, ExperienceReplay)
         for ts in self.source_datapipe:
-            yield dict(loss=ts.loss.item(), epsilon=self.agent.epsilon, beta=getattr(buffer, 'beta', 1.0))
+            yield dict(loss=ts.loss.item(), epsilon=self.agent.epsilon, beta=getattr(buffer, 'beta', 1.0),
+                       weight=ts.batch.weights.mean().item())
 
 # %% ../nbs/05c_dqn.ipynb #42a38c6c
 def discrete_env_dims(env_id:str) -> tuple[int, int]:

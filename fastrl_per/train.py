@@ -390,7 +390,7 @@ class RunBoard:
         scalars = {'train/loss': np.mean([r['loss'] for r in self.rows]), 'train/epsilon': row['epsilon'], 'train/beta': row['beta'],
                    'train/updates': updates, **replay_scalars(buffer)}
         weights = [r['weight'] for r in self.rows if 'weight' in r]
-        if weights: scalars['replay/mean_weight'] = np.mean(weights)
+        if weights and 'replay/mean_priority' in scalars: scalars['replay/mean_weight'] = np.mean(weights)  # uniform replay: all ones
         for tag, value in scalars.items(): self.add(tag, value, row['frame'])
         self.last, self.rows = row['frame'], []
 

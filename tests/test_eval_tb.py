@@ -76,14 +76,14 @@ def test_tensorboard_has_every_scalar_with_its_points(evaluated_run):
     frames = [int(r['frame']) for r in rows]
     steps = point_steps(frames, 50)
     for tag in ('train/loss', 'train/epsilon', 'train/beta', 'train/updates',
-                'replay/mean_priority', 'replay/max_priority', 'replay/stale_dropped'):
+                'replay/mean_priority', 'replay/max_priority', 'replay/stale_dropped', 'replay/mean_weight'):
         assert [s for s, _ in got[tag]] == steps, tag
     assert [v for _, v in got['train/updates']] == [frames.index(s) + 1 for s in steps]  # update count of that row
     assert len(got['return/episode']) == manifest['episodes']
     assert [(s, pytest.approx(v, rel=1e-5)) for s, v in got['return/eval']] == \
         [(int(r['frame']), float(r['eval_return'])) for r in rows if r['eval_return']]
     assert all(m >= mean > 0 for (_, mean), (_, m) in zip(got['replay/mean_priority'], got['replay/max_priority']))
-    assert 'replay/mean_weight' not in got  # until the learner's rows carry the batches' mean weight
+    assert all(0 < w <= 1 for _, w in got['replay/mean_weight'])  # importance weights only scale updates down
 
 
 def test_uniform_replay_logs_no_priorities(tmp_path):
