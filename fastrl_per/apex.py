@@ -57,7 +57,7 @@ class ReplayServer:
 
     def update_priorities(self, idxs, td): self.buffer.update_priorities(idxs, td)
     def anneal_beta(self, fraction:float): self.buffer.anneal_beta(fraction)
-    def stats(self) -> dict: return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta)
+    def stats(self) -> dict: return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta, pid=os.getpid())
     def state_dict(self) -> dict: return self.buffer.state_dict()
 
 # %% ../nbs/13_apex.ipynb #2b9b10fa
