@@ -190,7 +190,7 @@ class ApexRun:
             if self.pids[i] is not None and result['pid'] != self.pids[i]: self.restarts[i] += 1
             self.pids[i] = result['pid']
             self.env_steps += result['steps']
-            self.returns += result['returns']
+            self.returns += [(i, r) for r in result['returns']]
 
     def iterate(self, steps:int):
         "Run until `steps` more env steps have reached the replay; a metrics row per update."
@@ -217,9 +217,10 @@ class ApexRun:
             yield dict(loss=loss, frame=self.env_steps, update=self.updates, version=self.version)
         if feedback is not None: ray_get(feedback, self.timeout, 'the replay actor')
 
-    def recent(self, n:int=20) -> float:
-        "Mean return of the last `n` episodes the actors finished (nan before the first)."
-        return float(np.mean(self.returns[-n:])) if self.returns else float('nan')
+    def recent(self, n:int=20, actor:int|None=None) -> float:
+        "Mean return of the last `n` episodes the actors (or actor `actor`) finished; nan before the first."
+        returns = [r for i, r in self.returns if actor is None or i == actor][-n:]
+        return float(np.mean(returns)) if returns else float('nan')
 
     def stats(self) -> dict:
         "The replay's counts."
@@ -243,22 +244,24 @@ def train_apex(env_id:str='CartPole-v1', # a gymnasium env with a discrete actio
                steps:int=30_000, # env steps
                seed:int=0, # seeds everything
                out:str|None=None, # directory for checkpoint.pt (None: no checkpoint)
-               solved:float|None=None, # stop once the actors' mean return of 20 episodes reaches this
+               solved:float|None=None, # stop once the least exploring actor's mean return of 20 episodes reaches this
                threads:int=1, # torch CPU threads of the learner; small networks train fastest on one
                **options) -> str: # more `ApexRun` arguments
     "Train with Ape-X on a local Ray; a summary line."
     check_int('steps', steps); check_int('threads', threads)
     torch.set_num_threads(threads)
     run = ApexRun(env_id, actors, seed, **options)
+    greediest = actors - 1   # the actor with the smallest exploration rate
     try:
         for row in run.iterate(steps):
             if not math.isfinite(row['loss']): raise ValueError(f"training stopped at step {row['frame']}: the loss is {row['loss']}")
-            if solved is not None and len(run.returns) >= 20 and run.recent(20) >= solved: break
+            if solved is not None and run.recent(20, greediest) >= solved: break
         wrote = ''
         if out is not None:
             Path(out).mkdir(parents=True, exist_ok=True)
             save_atomically(run.state_dict(), Path(out) / 'checkpoint.pt')
             wrote = f"; wrote {Path(out) / 'checkpoint.pt'}"
-        return (f"{run.env_steps} steps, {run.updates} updates, {len(run.returns)} episodes, mean return of the last 20: {run.recent(20):.1f}; "
+        return (f"{run.env_steps} steps, {run.updates} updates, {len(run.returns)} episodes, mean return of the last 20: {run.recent(20):.1f} "
+                f"(actor {greediest}, epsilon {run.epsilons[-1]:.2g}: {run.recent(20, greediest):.1f}); "
                 f"{actors} actor{'s' if actors > 1 else ''}, {sum(run.restarts)} restarts, weights version {run.version}{wrote}")
     finally: run.close()
