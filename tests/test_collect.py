@@ -103,7 +103,8 @@ def test_training_with_the_collector_learns():
     learner = Learner('CartPole-v1', seed=0, total_steps=2_500, eps_decay_steps=1_000, bs=64)
     collector = AsyncCollector('CartPole-v1', learner.model, seed=0, eps_decay_steps=1_000, n=2_500)
     learner.episodes.source_datapipe = UnbatchSteps(collector)    # where the learner's steps come from
-    rows = list(Publish(learner.pipe, collector, learner.model, every=20))
+    learner.pipe = Publish(learner.pipe, collector, learner.model, every=20)
+    rows = learner.fit(2_500)
     returns = [r for _, r in learner.episodes.returns]
     assert len(rows) == 2_500 - 63 and collector.version >= 100
     assert np.mean(returns[:10]) < 40 and np.mean(returns[-10:]) > 60, returns
