@@ -48,14 +48,12 @@ def run_learner(env_id, steps, collector):
     from fastrl_per.pipes import UnbatchSteps
     from fastrl_per.collect import AsyncCollector, Publish
     learner = Learner(env_id, seed=0, total_steps=steps, bs=64)
-    pipe = learner.pipe
-    if collector:
+    if collector:   # the learner's steps come from the collector, which gets the weights every 50 updates
         source = AsyncCollector(env_id, learner.model, seed=0, n=steps)
         learner.episodes.source_datapipe = UnbatchSteps(source)
-        pipe = Publish(learner.pipe, source, learner.model, every=50)
-    else: learner.stepper.n = steps
+        learner.pipe = Publish(learner.pipe, source, learner.model, every=50)
     start = time.perf_counter()
-    updates = sum(1 for _ in pipe)
+    updates = sum(1 for _ in learner.iterate(steps))
     return dict(seconds=time.perf_counter() - start, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak_mb())
 
 def run_apex(env_id, steps, actors):
