@@ -158,6 +158,7 @@ class ApexRun:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.env_steps, self.updates, self.version, self.returns = 0, 0, 0, []
         self.restarts, self.pids = [0] * actors, [None] * actors
+        self.calls, self.idle = {}, list(range(actors))   # each actor has a `collect` call in flight (ref -> actor) or is idle
         ray = require_ray()
         self.started_ray = not ray.is_initialized()
         if self.started_ray: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
@@ -177,14 +178,15 @@ class ApexRun:
         "Whether the actors are more than `slack` env steps ahead of what `replay_ratio` asks for the updates done."
         return self.env_steps > self.updates / self.replay_ratio + self.slack
 
-    def harvest(self, calls:dict, idle:list, wait:bool):
+    def harvest(self, wait:bool):
         "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process id is a restart."
         ray = require_ray()
+        calls = self.calls
         done, _ = ray.wait(list(calls), num_returns=1 if wait else len(calls), timeout=self.timeout if wait else 0)
         if wait and not done: raise TimeoutError(f"no actor answered within {self.timeout:g} s")
         for ref in done:
             i = calls.pop(ref)
-            idle.append(i)
+            self.idle.append(i)
             try: result = ray_get(ref, self.timeout, f'actor {i}')
             except ray.exceptions.RayActorError as e: raise RuntimeError(f"actor {i} died and cannot be restarted: {e}") from None
             if self.pids[i] is not None and result['pid'] != self.pids[i]: self.restarts[i] += 1
@@ -195,18 +197,18 @@ class ApexRun:
     def iterate(self, steps:int):
         "Run until `steps` more env steps have reached the replay; a metrics row per update."
         check_int('steps', steps)
-        goal, calls, idle, sample, feedback = self.env_steps + steps, {}, list(range(len(self.actors))), None, None
+        goal, calls, idle, sample, feedback = self.env_steps + steps, self.calls, self.idle, None, None
         while self.env_steps < goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
                 calls[self.actors[i].collect.remote(self.weights, self.version, self.chunk)] = i
             can_learn = self.updates < self.replay_ratio * self.env_steps
-            self.harvest(calls, idle, wait=not can_learn and bool(calls))
+            self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
             if sample is None: sample = self.replay.sample.remote()
             batch, sample = ray_get(sample, self.timeout, 'the replay actor'), self.replay.sample.remote()
             if batch is None:   # not enough stored yet
-                if calls: self.harvest(calls, idle, wait=True)
+                if calls: self.harvest(wait=True)
                 continue
             loss, td = learn(self.model, self.target_model, self.optimizer, batch, self.gamma)
             if feedback is not None: ray_get(feedback, self.timeout, 'the replay actor')   # the previous update arrived, or its error surfaces
