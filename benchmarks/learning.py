@@ -42,7 +42,11 @@ def main():
     args = p.parse_args()
     print(f"command: python {' '.join(sys.argv)}\n")
     jobs = [(r, s, args.budget, {}) for s in range(args.seeds) for r in args.replay]
-    with Pool(args.jobs) as pool: results = pool.map(run, jobs)
+    results = []
+    with Pool(args.jobs) as pool:
+        for r in pool.imap_unordered(run, jobs):  # each run as it finishes, so a stopped run still reports
+            results.append(r)
+            print(f"done: {r}", flush=True)
     print(f"| replay | seed | frames to mean-20 ≥ {SOLVED} | greedy mean of 10 | CPU s / 1k frames |")
     print("|---|---|---|---|---|")
     for r in sorted(results, key=lambda r: (r['replay'], r['seed'])):

@@ -132,7 +132,7 @@ def measure(cfg):
     from torch.utils.data.datapipes.iter import IterableWrapper
     import fastrl_per.recurrent_learner as rl   # registers CartPoleNoVelocity-v1
     from fastrl_per.recurrent import RecurrentQNetwork, recurrent_param_count
-    from fastrl_per.learner import QNetwork, TDTargets, WeightedLoss, OptimizerStep, TargetUpdate, td_target
+    from fastrl_per.dqn import QNetwork, OnlineQ, TDTargets, WeightedLoss, OptimizerStep, TargetUpdate, max_by_id
     from fastrl_per.envs import GymTransformBlock
     from fastrl_per.sequence import EpisodeAssembler, PrioritizedSequenceReplay
     from fastrl_per.per import PrioritizedReplayBuffer
@@ -203,10 +203,10 @@ def measure(cfg):
     res['forward'] = timed(forward, cfg['warmup'], cfg['fwd_repeats'])
 
     # ---- training update: the library's stages over the same batch --------------------------
-    # TDTargets -> WeightedLoss -> OptimizerStep -> TargetUpdate(tau): forward, TD target
+    # OnlineQ -> TDTargets -> WeightedLoss -> OptimizerStep -> TargetUpdate(tau): forward, TD target
     # (plain max, target net under no_grad), importance-weighted smooth-L1, backward, Adam, soft update.
-    pipe = TDTargets(IterableWrapper(repeat(batch), deepcopy=False), target, cfg['gamma'])
-    pipe = WeightedLoss(pipe, net)
+    pipe = TDTargets(OnlineQ(IterableWrapper(repeat(batch), deepcopy=False), net), target, cfg['gamma'])
+    pipe = WeightedLoss(pipe)
     pipe = OptimizerStep(pipe, opt)
     pipe = TargetUpdate(pipe, net, target, tau=cfg['tau'])
     it = iter(pipe)
@@ -219,7 +219,7 @@ def measure(cfg):
     # ---- priority feedback (not part of the update row) -----------------------------------
     if recurrent:
         def feedback():
-            ids, errors = rl.max_by_id(ts.batch.idxs.numpy(), ts.td.abs().numpy())
+            ids, errors = max_by_id(ts.batch.idxs.numpy(), ts.td.abs().numpy())
             buffer.update_priorities(ids, errors)
     else:
         def feedback(): buffer.update_priorities(ts.batch.idxs, ts.td.abs())

@@ -19,6 +19,7 @@ from .sumtree import *
 from .priorities import *
 from .per import *
 from .conv import *
+from .dqn import *
 from .learner import *
 from .train import *
 from .recurrent import *
@@ -28,5 +29,5 @@ from .apex import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'collect', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner', 'apex')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'collect', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner', 'apex')
            for name in import_module(f'fastrl_per.{module}').__all__]

@@ -17,7 +17,7 @@ from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays
 from .collect import PolicyCopy
-from .learner import QNetwork, EpisodeReturns, td_target, soft_update, discrete_env_dims
+from .dqn import QNetwork, EpisodeReturns, td_target, adam, soft_update, discrete_env_dims
 from .checks import check_int, check_number, save_atomically
 
 # %% auto #0
@@ -155,7 +155,7 @@ class ApexRun:
         self.model = QNetwork(obs_dim, n_actions, hidden)
         self.target_model = QNetwork(obs_dim, n_actions, hidden).requires_grad_(False)
         self.target_model.load_state_dict(self.model.state_dict())
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self.optimizer = adam(self.model, lr)
         self.env_steps, self.updates, self.version, self.returns = 0, 0, 0, []
         self.restarts, self.pids = [0] * actors, [None] * actors
         self.calls, self.idle = {}, list(range(actors))   # each actor has a `collect` call in flight (ref -> actor) or is idle

@@ -13,7 +13,7 @@ from torch.utils.data import IterDataPipe
 from torchdata.nodes import IterableWrapper, Prefetcher, Loader
 from .pipes import StepPipe
 from .envs import GymStepper
-from .learner import EpsilonGreedy, discrete_env_dims
+from .dqn import EpsilonGreedy, discrete_env_dims
 from .checks import check_int
 
 # %% auto #0

@@ -4,23 +4,19 @@
 
 # %% ../nbs/11_recurrent_learner.ipynb #37d0be5b
 from __future__ import annotations
-from copy import deepcopy
-import numpy as np
 import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter import IterableWrapper
 from .core import SimpleStep, STEP_FIELDS
-from .envs import GymStepper
-from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, PendingEpisodes
+from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .learner import (Learner, EpsilonGreedy, EpisodeReturns, TDTargets, WeightedLoss, OptimizerStep,
-                                TargetUpdate, AnnealBeta, TrainMetrics, discrete_env_dims)
-from .checks import check_int, check_number
+from .dqn import EpsilonGreedy, discrete_env_dims
+from .learner import Learner
+from .checks import check_int
 
 # %% auto #0
-__all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'WindowedEpsilonGreedy', 'SequenceSampler', 'last_step_windows',
-           'LastStepWindows', 'max_by_id', 'EpisodePriorityFeedback', 'RecurrentLearner']
+__all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'WindowedEpsilonGreedy', 'last_step_windows', 'LastStepWindows',
+           'RecurrentLearner']
 
 # %% ../nbs/11_recurrent_learner.ipynb #7dfedeb4
 class HideVelocities(gym.ObservationWrapper):
@@ -59,26 +55,6 @@ class WindowedEpsilonGreedy(EpsilonGreedy):
         return self.window
 
 # %% ../nbs/11_recurrent_learner.ipynb #b2dc4da2
-class SequenceSampler(IterDataPipe):
-    "Assemble steps into episodes for `buffer`; every `every` steps, once a window fits, yield a sampled batch."
-    def __init__(self,
-                 source_datapipe, # single SimpleSteps
-                 buffer:PrioritizedSequenceReplay, # where finished episodes go
-                 bs:int=128, # windows per batch
-                 length:int=8, # steps per window
-                 every:int=1): # env steps per sampled batch
-        check_int('bs', bs); check_int('length', length); check_int('every', every)
-        self.source_datapipe, self.buffer, self.bs, self.length, self.every = source_datapipe, buffer, bs, length, every
-        self.pending, self.steps = PendingEpisodes(), 0
-
-    def __iter__(self):
-        for step in self.source_datapipe:
-            episode = self.pending.push(step)
-            if episode is not None: self.buffer.add(episode)
-            self.steps += 1
-            if self.steps % self.every == 0 and self.buffer.n_episodes:
-                yield self.buffer.sample_prioritized(self.bs, self.length, pad=True)
-
 def last_step_windows(batch:PrioritizedBatch) -> SimpleStep:
     "Windows as one `SimpleStep`: `B×T×d` states and next windows, the last step's action, reward and flags."
     chunks = batch.chunks
@@ -92,24 +68,6 @@ class LastStepWindows(IterDataPipe):
     def __init__(self, source_datapipe): self.source_datapipe = source_datapipe
     def __iter__(self):
         for batch in self.source_datapipe: yield last_step_windows(batch)
-
-# %% ../nbs/11_recurrent_learner.ipynb #c4ae8170
-def max_by_id(ids:np.ndarray, values:np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    "Unique `ids` and the largest of `values` for each."
-    unique, inverse = np.unique(ids, return_inverse=True)
-    best = np.full(len(unique), -np.inf)
-    np.maximum.at(best, inverse, values)
-    return unique, best
-
-class EpisodePriorityFeedback(IterDataPipe):
-    "Hand each episode the max |TD error| of its windows in the batch."
-    def __init__(self, source_datapipe, buffer:PrioritizedSequenceReplay):
-        self.source_datapipe, self.buffer = source_datapipe, buffer
-    def __iter__(self):
-        for ts in self.source_datapipe:
-            ids, errors = max_by_id(ts.batch.idxs.numpy(), ts.td.abs().numpy())
-            self.buffer.update_priorities(ids, errors)
-            yield ts
 
 # %% ../nbs/11_recurrent_learner.ipynb #b181e13c
 class RecurrentLearner(Learner):
@@ -136,21 +94,9 @@ class RecurrentLearner(Learner):
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs_dim, n_actions = discrete_env_dims(env_id)
         torch.manual_seed(seed)
-        self.model = RecurrentQNetwork(obs_dim, n_actions)
-        self.target_model = deepcopy(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
-        self.agent = WindowedEpsilonGreedy(self.model, n_actions, length, start=eps_start, end=eps_end,
-                                           decay_steps=eps_decay_steps, seed=seed)
-
-        self.stepper = GymStepper(IterableWrapper([env_id]), agent=self.agent, seed=seed)
-        self.episodes = EpisodeReturns(self.stepper.unbatch())
+        model = RecurrentQNetwork(obs_dim, n_actions)
+        agent = WindowedEpsilonGreedy(model, n_actions, length, start=eps_start, end=eps_end, decay_steps=eps_decay_steps, seed=seed)
+        steps = self.act(model, agent, lr, env_id, seed)
         self.replay = PrioritizedSequenceReplay(capacity=max_sz, alpha=alpha, beta=beta, epsilon=eps, seed=seed)
-        pipe = SequenceSampler(self.episodes, self.replay, bs=bs, length=length, every=train_every)
-        pipe = LastStepWindows(pipe)
-        pipe = TDTargets(pipe, self.target_model, gamma)
-        pipe = WeightedLoss(pipe, self.model)
-        pipe = OptimizerStep(pipe, self.optimizer, max_grad_norm)
-        pipe = self.target_update = TargetUpdate(pipe, self.model, self.target_model, tau=tau)
-        pipe = EpisodePriorityFeedback(pipe, self.replay)
-        pipe = self.anneal = AnnealBeta(pipe, max(1, total_steps // train_every), buffer=self.replay)
-        self.pipe = TrainMetrics(pipe, self.agent, buffer=self.replay)
+        windows = LastStepWindows(SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every, pad=True))
+        self.assemble(windows, gamma, max_grad_norm, tau=tau, per_id=True, updates=max(1, total_steps // train_every))

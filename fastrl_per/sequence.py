@@ -357,15 +357,17 @@ class EpisodeAssembler(IterDataPipe):
         self.source_datapipe, self.pending = source_datapipe, PendingEpisodes()
 
     def __iter__(self):
-        for item in self.source_datapipe:
-            if not isinstance(item, SimpleStep): raise TypeError(f"EpisodeAssembler takes SimpleSteps, got {type(item).__name__}: {item!r}")
-            for step in (item if item.is_batch else [item]):
-                episode = self.pending.push(step)
-                if episode is not None: yield episode
+        for item in self.source_datapipe: yield from self.pending.add(item)
 
 class PendingEpisodes:
     "Steps of the unfinished episode of each env_id (a plain object, so graph traversal leaves it alone)."
     def __init__(self): self.steps = {}
+
+    def add(self, item) -> list[Episode]:
+        "Take a `SimpleStep` (single or batch); the episodes its steps finish."
+        if not isinstance(item, SimpleStep): raise TypeError(f"episodes are assembled from SimpleSteps, got {type(item).__name__}: {item!r}")
+        return [e for e in map(self.push, item if item.is_batch else [item]) if e is not None]
+
     def push(self, step) -> Episode|None:
         env, steps = int(step.env_id), self.steps.get(int(step.env_id))
         if steps and int(steps[-1].episode_n) != int(step.episode_n): steps = None   # a cut-off episode
@@ -377,22 +379,27 @@ class PendingEpisodes:
 
 # %% ../nbs/09_sequence.ipynb #c39bedc2
 class SequenceReplayPipe(IterDataPipe):
-    "Add every `Episode` from `source_datapipe` to `buffer`; once a chunk fits, yield a sampled batch per episode."
+    "Add episodes to `buffer`; once a chunk fits, yield a sampled batch every `every` incoming items."
     def __init__(self,
-                 source_datapipe, # yields Episodes
+                 source_datapipe, # yields Episodes, or SimpleSteps to assemble into episodes
                  buffer:SequenceReplay, # the buffer core, uniform or prioritized
                  bs:int=1, # chunks per sampled batch
-                 length:int=1): # steps per chunk
+                 length:int=1, # steps per chunk
+                 every:int=1, # incoming items (episodes or steps) per sampled batch
+                 pad:bool=False): # let chunks end at any step (`sample_prioritized(..., pad=True)`)
         if not isinstance(buffer, SequenceReplay): raise ValueError(f"buffer must be a SequenceReplay, got {type(buffer).__name__}")
-        check_int('bs', bs); check_int('length', length)
-        self.source_datapipe, self.buffer, self.bs, self.length = source_datapipe, buffer, bs, length
+        if pad and not isinstance(buffer, PrioritizedSequenceReplay): raise ValueError(f"pad needs a PrioritizedSequenceReplay, got {type(buffer).__name__}")
+        check_int('bs', bs); check_int('length', length); check_int('every', every)
+        self.source_datapipe, self.buffer, self.bs, self.length, self.every, self.pad = source_datapipe, buffer, bs, length, every, pad
+        self.pending, self.items = PendingEpisodes(), 0
 
     def sample(self):
         "A `PrioritizedBatch` from a prioritized buffer, a `bs × length` `SimpleStep` from a uniform one."
-        if isinstance(self.buffer, PrioritizedSequenceReplay): return self.buffer.sample_prioritized(self.bs, self.length)
+        if isinstance(self.buffer, PrioritizedSequenceReplay): return self.buffer.sample_prioritized(self.bs, self.length, pad=self.pad)
         return self.buffer.sample(self.bs, self.length)
 
     def __iter__(self):
-        for episode in self.source_datapipe:
-            self.buffer.add(episode)
-            if self.buffer.longest >= self.length: yield self.sample()
+        for item in self.source_datapipe:
+            for episode in [item] if isinstance(item, Episode) else self.pending.add(item): self.buffer.add(episode)
+            self.items += 1
+            if self.items % self.every == 0 and self.buffer.longest >= (1 if self.pad else self.length): yield self.sample()

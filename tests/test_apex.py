@@ -4,7 +4,7 @@ import pytest
 import torch
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
-from fastrl_per.learner import QNetwork
+from fastrl_per.dqn import QNetwork
 from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get, train_apex
 
 

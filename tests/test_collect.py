@@ -3,7 +3,8 @@ import threading, time
 import numpy as np
 import pytest
 import torch
-from fastrl_per.learner import QNetwork, Learner
+from fastrl_per.dqn import QNetwork
+from fastrl_per.learner import Learner
 from fastrl_per.pipes import UnbatchSteps
 from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.collect import AsyncCollector, Publish

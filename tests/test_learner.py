@@ -19,8 +19,9 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 import fastrl_per.train as train_mod
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
-from fastrl_per.learner import (AnnealBeta, Learner, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate,
-                                TDTargets, TrainStep, WeightedLoss, td_target)
+from fastrl_per.dqn import (AnnealBeta, OnlineQ, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate, TDTargets,
+                            TrainStep, WeightedLoss, td_target)
+from fastrl_per.learner import Learner
 from fastrl_per.memory import ExperienceReplay
 from fastrl_per.per import PrioritizedExperienceReplay
 from fastrl_per.pipes import find_upstream
@@ -68,7 +69,7 @@ def test_td_targets_by_hand():
     torch.testing.assert_close(target, expected)
     # the pipe stage gives the same, for a plain batch and for a `(batch, idxs)` item
     for item in (batch, (batch, torch.arange(4))):
-        ts = next(iter(TDTargets(IterableWrapper([item]), Fixed(TARGET_W), gamma=0.9)))
+        ts = next(iter(TDTargets(OnlineQ(IterableWrapper([item]), Fixed(TARGET_W)), Fixed(TARGET_W), gamma=0.9)))
         assert isinstance(ts, TrainStep) and ts.batch == batch
         torch.testing.assert_close(ts.target, expected)
 
@@ -82,12 +83,12 @@ def test_truncated_bootstraps_like_nonterminal():
 def test_double_dqn_target_by_hand():
     batch = steps_batch(*TD_BATCH.values())
     online = Fixed([[5., 0.], [0., 1.]])  # argmax at [1,1]: [5,1]→0 ; [1,0]: [5,0]→0 ; [0,1]: [0,1]→1
-    target = td_target(batch, Fixed(TARGET_W), 0.9, online_model=online)
+    target = td_target(batch, Fixed(TARGET_W), 0.9, next_q=online(batch.next_state))
     # the target network values the online network's choice: [1,0]@W = [1,2] → a*=0 → 1, not max 2
     expected = torch.tensor([1., 0.5 + 0.9 * 1, -0.5 + 0.9 * 4, 2.])
     torch.testing.assert_close(target, expected)
     assert not torch.allclose(target, td_target(batch, Fixed(TARGET_W), 0.9))  # differs from plain DQN here
-    ts = next(iter(TDTargets(IterableWrapper([batch]), Fixed(TARGET_W), 0.9, online_model=online)))
+    ts = next(iter(TDTargets(OnlineQ(IterableWrapper([batch]), online, double=True), Fixed(TARGET_W), 0.9)))
     torch.testing.assert_close(ts.target, expected)
 
 
@@ -128,8 +129,8 @@ def one_update_chain(n_stored, bs, seed=0, gamma=0.9, eps=1e-3, preset=None):
     per.add(steps[:-1])
     if preset: per.update_priorities(list(preset), list(preset.values()))
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
-    pipe = TDTargets(per, target, gamma, online_model=model)
-    pipe = WeightedLoss(pipe, model)
+    pipe = TDTargets(OnlineQ(per, model, double=True), target, gamma)
+    pipe = WeightedLoss(pipe)
     pipe = OptimizerStep(pipe, opt)
     pipe = TargetUpdate(pipe, model, target, every=1)  # the target moves too, before the feedback stage runs
     pipe = PriorityFeedback(pipe)
@@ -209,7 +210,7 @@ def test_learner_update_priorities_by_hand():
         online0, target0 = deepcopy(learner.model), deepcopy(learner.target_model)
         before = learner.replay.buffer.priorities.copy()
         max_before = learner.replay.max_priority
-        learner.stepper.n = 1  # one env step → one sampled batch → one update (what `iterate` does)
+        learner.budget.grant(1) # one env step → one sampled batch → one update (what `iterate` does)
         (ts,) = list(learner.anneal)  # the last stage before the metrics: the TrainStep itself
         n = len(learner.replay)
         before[n - 1] = max_before  # the new step entered at max_priority
@@ -233,7 +234,7 @@ def test_weighted_loss_gradient_by_hand():
                         SimpleStep(state=[2., 0.], action=1, next_state=[1., 0.], reward=0.),     # δ large: linear part
                         SimpleStep(state=[-1., 3.], action=1, next_state=[1., 1.], reward=-2., terminated=True))
     batch.weights = torch.tensor([1.0, 0.25, 0.6])
-    ts = next(iter(WeightedLoss(IterableWrapper([TrainStep(batch, target=td_target(batch, target_net, 0.9))]), model)))
+    ts = next(iter(WeightedLoss(TDTargets(OnlineQ(IterableWrapper([batch]), model), target_net, 0.9))))
     ts.loss.backward()
 
     # by hand: q_i = s_i·W[:, a_i]; y_i = r_i + 0.9·max(s'_i W)·(1 - term_i); huber'(x) = clamp(x, -1, 1)
@@ -261,7 +262,7 @@ def test_target_network_gets_no_gradient():
     torch.manual_seed(0)
     model, target = QNetwork(3, 2, hidden=8), QNetwork(3, 2, hidden=8)
     per = PrioritizedExperienceReplay(IterableWrapper(random_steps(12)), bs=4, max_sz=16, seed=0)
-    pipe = OptimizerStep(WeightedLoss(TDTargets(per, target, 0.9, online_model=model), model),
+    pipe = OptimizerStep(WeightedLoss(TDTargets(OnlineQ(per, model, double=True), target, 0.9)),
                          torch.optim.SGD(model.parameters(), lr=0.1))
     pipe = TargetUpdate(pipe, model, target, every=5)
     assert all(not p.requires_grad for p in target.parameters())
@@ -523,3 +524,31 @@ def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monk
     train(steps=450, resume=str(run), progress=False)
     frames = read_metrics(run)['frame']
     np.testing.assert_array_equal(frames, np.arange(64, 451))
+
+
+# ---------------------------------------------------------------------------------------------
+# The stream: bounded by a budget, reseeded on resume
+# ---------------------------------------------------------------------------------------------
+
+def test_iterate_bounds_the_stream_without_setting_stage_attributes():
+    learner = Learner('CartPole-v1', seed=3, total_steps=500, bs=16)
+    for steps in (10, 30, 1):
+        before = learner.episodes.frames
+        learner.fit(steps)
+        assert learner.episodes.frames == before + steps
+    assert learner.stepper.n is None  # the stepper itself stays endless
+
+
+def test_resume_reseeds_envs_even_when_they_already_run():
+    import gymnasium as gym
+    a = Learner('CartPole-v1', seed=3, total_steps=500, bs=16)
+    a.fit(40)
+    b = Learner('CartPole-v1', seed=3, total_steps=500, bs=16)
+    b.fit(25)  # b's envs exist and are mid-stream
+    b.load_state_dict(a.state_dict())
+    fresh, _ = gym.make('CartPole-v1').reset(seed=3 + 40)
+    run = b.stepper.envs.get()[0]
+    np.testing.assert_array_equal(run.obs[0], fresh)
+    assert run.step_n[0] == 0 and run.episode_n[0] == 0
+    b.fit(5)
+    assert b.episodes.frames == 45

@@ -1,0 +1,125 @@
+"""CPU per 1,000 env steps and per update: the `Learner` pipeline, a hand-written loop on the same fast
+paths, and Stable-Baselines3's DQN set to the same work, measured side by side in one process.
+
+All three: CartPole-v1, one update of batch 64 per env step, a 128×128 ReLU MLP, Adam at 5e-4,
+γ 0.99, replay of 50,000, a soft target update with τ 0.02 after every update, gradient-norm
+clipping at 10, smooth-L1 loss, epsilon from 1.0 to 0.01. Differences that remain (and make SB3's
+work *smaller*, not larger): SB3's DQN has no prioritized replay (ours samples from the sum tree,
+weights the loss and writes priorities back) and no double-DQN target (ours runs one more forward
+pass per update). SB3 runs its own defaults otherwise (torch's default Adam path, `DummyVecEnv`
++ `Monitor`, its logger).
+
+Each repeat builds a fresh one of each, warms each up for `--warmup` env steps (untimed: epsilon
+reaches its final 0.01, the buffers fill), then times `--frames` env steps of each in turns of
+`--block` steps (pipeline, loop, SB3, then the order reversed, ...) so all three see the same load
+from whatever else shares the machine. Then the update alone: `--updates` updates of the loop
+(`HandLoop.update`: sample, TD target, loss, backward, Adam, soft update, priority write-back,
+beta) against SB3's `train(gradient_steps=1)` + its `polyak_update`, alternating the same way.
+CPU time is `time.process_time()`; torch runs on one thread. The table gives medians over
+`--repeats` repeats.
+
+    .venv/bin/python benchmarks/throughput.py [--repeats 3] [--warmup 5000] [--frames 3000] [--block 500] [--updates 2000]
+"""
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from overhead import CONFIG, ENV, HandLoop, check_same_work, pipeline  # noqa: E402
+
+GOALS = dict(steps=1.0, sb3_update=0.6, loop=1.1)
+
+
+def sb3_dqn(seed, warmup):
+    "SB3's DQN configured to `CONFIG`'s work (uniform replay, plain DQN target)."
+    from stable_baselines3 import DQN
+    c = CONFIG
+    return DQN('MlpPolicy', gym.make(ENV), learning_rate=c['lr'], buffer_size=c['max_sz'], learning_starts=c['bs'],
+               batch_size=c['bs'], tau=c['tau'], gamma=c['gamma'], train_freq=1, gradient_steps=1,
+               target_update_interval=1, exploration_initial_eps=c['eps_start'], exploration_final_eps=c['eps_end'],
+               exploration_fraction=min(1., c['eps_decay_steps'] / warmup), max_grad_norm=c['max_grad_norm'],
+               policy_kwargs=dict(net_arch=[c['hidden'], c['hidden']]), seed=seed, device='cpu', verbose=0)
+
+
+class SB3Steps:
+    "SB3's DQN stepped in blocks: `learn` continued where it stopped."
+    def __init__(self, seed, warmup): self.model, self.warmup = sb3_dqn(seed, warmup), warmup
+    def fit(self, n):
+        self.model.learn(total_timesteps=n, reset_num_timesteps=self.model.num_timesteps == 0)
+    def update(self):
+        from stable_baselines3.common.utils import polyak_update
+        m = self.model
+        m.train(gradient_steps=1, batch_size=m.batch_size)
+        polyak_update(m.q_net.parameters(), m.q_net_target.parameters(), m.tau)
+
+
+def alternate(jobs, total, block):
+    "CPU seconds each job of `jobs` (name → callable(n)) spends on `total` units, in alternating turns of `block`."
+    spent, done, order = {k: 0. for k in jobs}, 0, list(jobs)
+    while done < total:
+        n = min(block, total - done)
+        for name in order:
+            c = time.process_time()
+            jobs[name](n)
+            spent[name] += time.process_time() - c
+        done, order = done + n, order[::-1]
+    return spent
+
+
+def one_repeat(seed, warmup, frames, block, updates):
+    learners = dict(pipeline=pipeline(seed, 30_000), loop=HandLoop(seed, 30_000), sb3=SB3Steps(seed, warmup))
+    for l in learners.values(): l.fit(warmup)
+    assert learners['pipeline'].agent.epsilon == learners['loop'].agent.epsilon == CONFIG['eps_end']
+    assert abs(learners['sb3'].model.exploration_rate - CONFIG['eps_end']) < 1e-9
+    steps = alternate({k: l.fit for k, l in learners.items()}, frames, block)
+    loop, sb3 = learners['loop'], learners['sb3']
+    upd = alternate(dict(loop=lambda n: [loop.update() for _ in range(n)],
+                         sb3=lambda n: [sb3.update() for _ in range(n)]), updates, block)
+    return {k: 1000 * v / frames for k, v in steps.items()}, {k: 1e3 * v / updates for k, v in upd.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--repeats', type=int, default=3)
+    p.add_argument('--warmup', type=int, default=5_000, help='untimed env steps first (>= the epsilon decay)')
+    p.add_argument('--frames', type=int, default=3_000, help='timed env steps of each, per repeat')
+    p.add_argument('--block', type=int, default=500, help='env steps (or updates) per turn')
+    p.add_argument('--updates', type=int, default=2_000, help='timed updates alone, per repeat')
+    p.add_argument('--seed', type=int, default=0)
+    args = p.parse_args(argv)
+    if args.warmup < CONFIG['eps_decay_steps']: p.error(f"--warmup must be >= {CONFIG['eps_decay_steps']} (epsilon's decay)")
+    torch.set_num_threads(1)
+    import stable_baselines3
+    print(f"command: `{shlex.join([sys.executable, *sys.argv])}`")
+    print(f"torch {torch.__version__}, stable-baselines3 {stable_baselines3.__version__}, one torch thread; "
+          f"{args.repeats} repeats of {args.warmup} warm-up steps, {args.frames} timed steps and {args.updates} timed updates\n")
+    print(f"same work, pipeline and loop: the first {check_same_work(args.seed)} updates give identical rows\n")
+    runs = [one_repeat(args.seed + r, args.warmup, args.frames, args.block, args.updates) for r in range(args.repeats)]
+    med = lambda i, k: statistics.median(run[i][k] for run in runs)
+    steps = {k: med(0, k) for k in ('pipeline', 'loop', 'sb3')}
+    upd = {k: med(1, k) for k in ('loop', 'sb3')}
+    every = lambda i, k: ', '.join(f"{run[i][k]:.2f}" for run in runs)
+    print("| | CPU s / 1,000 env steps (median) | repeats | CPU ms / update alone (median) | repeats |")
+    print("|---|--:|---|--:|---|")
+    print(f"| `Learner` pipeline (`fastrl_per train` defaults) | {steps['pipeline']:.2f} | {every(0, 'pipeline')} | | |")
+    print(f"| hand-written loop, same fast paths | {steps['loop']:.2f} | {every(0, 'loop')} | {upd['loop']:.3f} | {every(1, 'loop')} |")
+    print(f"| Stable-Baselines3 DQN, same work | {steps['sb3']:.2f} | {every(0, 'sb3')} | {upd['sb3']:.3f} | {every(1, 'sb3')} |")
+    ratios = [('pipeline CPU / 1,000 steps', steps['pipeline'], GOALS['steps'], 's'),
+              ('pipeline / loop, per env step', steps['pipeline'] / steps['loop'], GOALS['loop'], '×'),
+              ('ours / SB3, per update alone', upd['loop'] / upd['sb3'], GOALS['sb3_update'], '×'),
+              ('pipeline / SB3, per env step', steps['pipeline'] / steps['sb3'], None, '×')]
+    print("\n| measure | value | goal |")
+    print("|---|--:|---|")
+    for name, v, goal, unit in ratios:
+        verdict = '' if goal is None else f"≤ {goal}{unit}: {'met' if v <= goal else 'MISSED'}"
+        print(f"| {name} | {v:.2f}{unit} | {verdict} |")
+
+
+if __name__ == '__main__':
+    main()
