@@ -27,6 +27,7 @@ dev_requirements = (cfg.get('dev_requirements') or '').split()
 video_requirements = (cfg.get('video_requirements') or '').split()  # the [video] extra: an MP4 encoder with its own ffmpeg
 atari_requirements = (cfg.get('atari_requirements') or '').split()  # the [atari] extra: ale-py and OpenCV
 box2d_requirements = (cfg.get('box2d_requirements') or '').split()  # the [box2d] extra: gymnasium's Box2D envs (LunarLander)
+ray_requirements = (cfg.get('ray_requirements') or '').split()  # the [ray] extra: Ape-X actors on Ray
 
 package_data = dict()
 pkg_data = cfg.get('package_data', None)
@@ -45,7 +46,8 @@ setuptools.setup(
     packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements + atari_requirements, 'video': video_requirements, 'atari': atari_requirements, 'box2d': box2d_requirements },
+    extras_require={ 'dev': dev_requirements + atari_requirements, 'video': video_requirements, 'atari': atari_requirements,
+                     'box2d': box2d_requirements, 'ray': ray_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

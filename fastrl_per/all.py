@@ -11,6 +11,7 @@ from .core import *
 from .pipes import *
 from .nstep import *
 from .envs import *
+from .collect import *
 from .atari import *
 from .memory import *
 from .frames import *
@@ -24,8 +25,9 @@ from .train import *
 from .recurrent import *
 from .sequence import *
 from .recurrent_learner import *
+from .apex import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'collect', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'train', 'recurrent', 'sequence', 'recurrent_learner', 'apex')
            for name in import_module(f'fastrl_per.{module}').__all__]

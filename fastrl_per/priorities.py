@@ -153,12 +153,13 @@ def feedback_arrays(idxs, errors, names=('idxs', 'td_errors')) -> tuple:
 @patch
 def update(self:Priorities,
            keys, # int64 keys, each in [0, capacity) (checked by the caller)
-           td_errors): # float64 finite signed TD errors, one per key
+           td_errors, # float64 finite signed TD errors, one per key
+           written:bool=False): # the caller has just written `keys` and sends their first priorities: no stale rule
     "Store |td| + eps for `keys` (the last of repeated keys wins); updates for keys rewritten since their draw are dropped."
     keys, prios = last_writes(keys, np.abs(td_errors) + self.eps)
     leaves = self.leaves_of(prios)
     sampled_at = self.sampled_at[keys]
-    fresh = (sampled_at == self.writes[keys]) | (sampled_at < 0)
+    fresh = written | (sampled_at == self.writes[keys]) | (sampled_at < 0)
     if not fresh.all():
         self._stale_dropped += int(len(fresh) - fresh.sum())
         keys, prios, leaves = keys[fresh], prios[fresh], leaves[fresh]

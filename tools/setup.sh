@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[dev,video]'
+.venv/bin/python -m pip install -q -e '.[dev,video,ray]'

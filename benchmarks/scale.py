@@ -1,0 +1,136 @@
+"""Scaling out on this machine: env steps and learner updates per second for (a) the
+single-process Learner, (b) the Learner fed by the background AsyncCollector, (c) Ape-X on a
+local Ray with 1 and 2 actors; then the replay actor's capacity.
+
+Every mode runs the same DQN on CartPole-v1 at one update per env step (batch 64) for
+`--steps` env steps, timed after start-up (Ray's start and the actors' imports are not
+counted), each in a fresh process so that its peak memory is its own. It runs once on plain
+CartPole-v1, whose step (~10 µs) costs far less than an update (~1 ms), and once on
+"PaddedCartPole-v1": CartPole-v1 behind `PadStep`, a wrapper that sleeps so that each step
+takes at least 1 ms, standing in for an env whose step costs about as much as an update (a
+simulator that runs outside the Python interpreter; sleeping releases the GIL as such a call
+would). Ratios are against (a) in the same run. Peak memory: the peak resident set of the
+learner's process; for Ray, plus the peaks of the actor and replay processes.
+
+Replay capacity: µs per `add` of 64 transitions (with their priorities) and per sample of 256
+plus its priority update, on a `ReplayServer` in this process and through a Ray actor handle.
+
+    python benchmarks/scale.py --steps 3000
+"""
+import argparse, json, os, resource, subprocess, sys, time
+import numpy as np
+import torch
+import gymnasium as gym
+
+PAD_S = 1e-3
+
+class PadStep(gym.Wrapper):
+    "Make every `step` (and `reset`) take at least `PAD_S` seconds, sleeping out the rest."
+    def step(self, action):
+        start = time.perf_counter()
+        out = self.env.step(action)
+        time.sleep(max(0., PAD_S - (time.perf_counter() - start)))
+        return out
+
+def register_padded():
+    "Register PaddedCartPole-v1 in this process (Ray runs this in every worker it starts)."
+    if 'PaddedCartPole-v1' not in gym.registry:
+        gym.register('PaddedCartPole-v1', entry_point=lambda **kw: PadStep(gym.make('CartPole-v1', **kw)))
+
+def peak_mb(pid=None) -> float:
+    "Peak resident memory of this process (or of `pid`, from /proc) in MB."
+    if pid is None: return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(f'/proc/{pid}/status') as f:
+        return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
+
+def run_learner(env_id, steps, collector):
+    from fastrl_per.learner import Learner
+    from fastrl_per.pipes import UnbatchSteps
+    from fastrl_per.collect import AsyncCollector, Publish
+    learner = Learner(env_id, seed=0, total_steps=steps, bs=64)
+    if collector:   # the learner's steps come from the collector, which gets the weights every 50 updates
+        source = AsyncCollector(env_id, learner.model, seed=0, n=steps)
+        learner.episodes.source_datapipe = UnbatchSteps(source)
+        learner.pipe = Publish(learner.pipe, source, learner.model, every=50)
+    start = time.perf_counter()
+    updates = sum(1 for _ in learner.iterate(steps))
+    return dict(seconds=time.perf_counter() - start, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak_mb())
+
+def run_apex(env_id, steps, actors):
+    import ray
+    from fastrl_per.apex import ApexRun, ray_get
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=dict(worker_process_setup_hook=register_padded))
+    run = ApexRun(env_id, actors=actors, seed=0, bs=64, chunk=50, replay_ratio=1.)
+    try:
+        for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # started and warm
+        run.env_steps = 0
+        start = time.perf_counter()
+        updates = sum(1 for _ in run.iterate(steps))
+        seconds = time.perf_counter() - start
+        pids = [ray_get(a.collect.remote(None, 0, 1), 60, 'actor')['pid'] for a in run.actors] + [run.stats()['pid']]
+        return dict(seconds=seconds, env_steps=run.env_steps, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
+    finally: run.close()
+
+def one(mode, env_id, steps):
+    "Run one mode in this process; its numbers as a dict."
+    torch.set_num_threads(1)
+    register_padded()
+    if mode == 'single': return run_learner(env_id, steps, collector=False)
+    if mode == 'async': return run_learner(env_id, steps, collector=True)
+    return run_apex(env_id, steps, actors=int(mode[-1]))
+
+def capacity(repeats=300):
+    "µs per add of 64 and per sample of 256 plus its update, in process and through a Ray actor."
+    import ray
+    from fastrl_per.core import SimpleStep
+    from fastrl_per.envs import GymTransformBlock
+    from fastrl_per.apex import ReplayServer, ray_get
+    steps = SimpleStep.from_steps(list(GymTransformBlock(None, n=64, seed=0)(['CartPole-v1']).unbatch().nstep(3, 0.99)))[:64]
+    td = torch.rand(64)
+    def timed(add, sample_update):
+        for _ in range(40): add()       # fill past 256 stored
+        t0 = time.perf_counter()
+        for _ in range(repeats): add()
+        t1 = time.perf_counter()
+        for _ in range(repeats): sample_update()
+        t2 = time.perf_counter()
+        return 1e6 * (t1 - t0) / repeats, 1e6 * (t2 - t1) / repeats
+    local = ReplayServer(max_sz=100_000, bs=256, seed=0)
+    def local_sample_update():
+        b = local.sample(256); local.update_priorities(b.idxs, torch.rand(256))
+    rows = [('in process',) + timed(lambda: local.add(steps, td), local_sample_update)]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(ReplayServer).options(num_cpus=0).remote(100_000, 256, 0.6, 0.4, 1e-6, 0)
+        def remote_sample_update():
+            b = ray_get(remote.sample.remote(256), 60, 'replay')
+            ray_get(remote.update_priorities.remote(b.idxs, torch.rand(256)), 60, 'replay')
+        rows.append(('Ray actor, each call waited for',) + timed(lambda: ray_get(remote.add.remote(steps, td), 60, 'replay'), remote_sample_update))
+    finally: ray.shutdown()
+    return rows
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p.add_argument('--steps', type=int, default=3_000, help='env steps per mode')
+    p.add_argument('--one', nargs=2, metavar=('MODE', 'ENV'), help=argparse.SUPPRESS)   # a child process's job
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(one(*args.one, args.steps)))
+        return
+    modes = ['single', 'async', 'ray1', 'ray2']
+    names = {'single': '(a) single process', 'async': '(b) async collector', 'ray1': '(c) Ray, 1 actor', 'ray2': '(c) Ray, 2 actors'}
+    print(f"{args.steps} env steps per mode, one update per env step (batch 64), this machine: {os.cpu_count()} CPUs\n")
+    print(f"| env | mode | env steps/s | updates/s | env steps/s vs (a) | peak MB |\n|---|---|---:|---:|---:|---:|")
+    for env_id in ('CartPole-v1', 'PaddedCartPole-v1'):
+        base = None
+        for mode in modes:
+            out = subprocess.run([sys.executable, __file__, '--steps', str(args.steps), '--one', mode, env_id], capture_output=True, text=True)
+            if out.returncode: sys.exit(f"{mode} on {env_id} failed:\n{out.stderr[-3000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            sps, ups = r['env_steps'] / r['seconds'], r['updates'] / r['seconds']
+            base = base or sps
+            print(f"| {env_id} | {names[mode]} | {sps:.0f} | {ups:.0f} | {sps / base:.2f}x | {r['peak_mb']:.0f} |", flush=True)
+    print("\n| replay | µs per add of 64 | µs per sample of 256 + update |\n|---|---:|---:|")
+    for name, add, su in capacity(): print(f"| {name} | {add:.0f} | {su:.0f} |")
+
+if __name__ == '__main__': main()

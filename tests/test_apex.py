@@ -1,0 +1,97 @@
+"Ape-X: the replay server and actor in one process, and one bounded run on a local Ray with an actor killed mid-run."
+import numpy as np
+import pytest
+import torch
+from fastrl_per.core import SimpleStep
+from fastrl_per.envs import GymTransformBlock
+from fastrl_per.dqn import QNetwork
+from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get, train_apex
+
+
+def nstep_batch(n=40, seed=0):
+    return SimpleStep.from_steps(list(GymTransformBlock(None, n=n, seed=seed)(['CartPole-v1']).unbatch().nstep(3, 0.99)))
+
+
+@pytest.mark.parametrize('n', [1, 2, 5, 8])
+def test_epsilons_follow_the_apex_schedule(n):
+    eps = apex_epsilons(n)
+    assert eps[0] == 0.4 and len(eps) == n
+    if n > 1: assert np.isclose(eps[-1], 0.4 ** 8) and all(a > b for a, b in zip(eps, eps[1:]))
+
+
+@pytest.mark.parametrize('bad', [dict(n=0), dict(n=2, eps=1.5), dict(n=2, eps=-0.1), dict(n=True)])
+def test_epsilons_reject_bad_input(bad):
+    with pytest.raises(ValueError): apex_epsilons(**bad)
+
+
+def test_actor_priorities_are_its_own_nstep_td_errors():
+    "The priorities an actor pushes are |n-step TD error| + eps under the weights it acted with."
+    server = ReplayServer(max_sz=1_000, bs=8, alpha=1., seed=0)
+    actor = ApexActor('CartPole-v1', server, epsilon=0.5, seed=1, n=3, gamma=0.9)
+    torch.manual_seed(0)
+    net = QNetwork(4, 2)
+    result = actor.collect(net.state_dict(), 1, 64)
+    assert result['version'] == 1 and result['steps'] == 64 == len(server.buffer)
+    stored = server.buffer.memory[:]
+    expected = td_errors(net, stored, 0.9).abs().double() + server.buffer.eps
+    np.testing.assert_allclose(server.buffer.priorities[:64], expected.numpy(), rtol=1e-5)
+    assert {int(k) for k in stored.n_steps} <= {1, 2, 3} and 3 in set(stored.n_steps.tolist())
+
+
+def test_replay_server_rejects_bad_priorities_before_storing():
+    server = ReplayServer(max_sz=100, bs=4, seed=0)
+    batch = nstep_batch()
+    for td in (torch.ones(len(batch) + 1), torch.full((len(batch),), float('nan'))):
+        with pytest.raises(ValueError): server.add(batch, td)
+        assert server.stats()['n_added'] == 0
+
+
+def test_stale_rule_with_prefetched_samples():
+    "The learner draws its next batch before updating the last; an actor adds in between, rewriting some drawn slots."
+    server = ReplayServer(max_sz=32, bs=16, alpha=1., seed=0)
+    batch = nstep_batch(60)
+    server.add(batch[:32], torch.ones(32))
+    first = server.sample()
+    second = server.sample()                       # prefetched before `first`'s update
+    server.add(batch[32:48], torch.ones(16))       # rewrites slots 0..15
+    server.update_priorities(first.idxs, torch.full((16,), 7.))
+    p, idxs = server.buffer.priorities, first.idxs.numpy()
+    assert np.allclose(p[idxs[idxs < 16]], 1 + 1e-6)   # rewritten since drawn: dropped
+    assert np.allclose(p[idxs[idxs >= 16]], 7 + 1e-6)  # untouched since drawn: applied
+    server.update_priorities(second.idxs, torch.full((16,), 3.))
+    idxs = second.idxs.numpy()
+    assert np.allclose(p[idxs[idxs < 16]], 1 + 1e-6) and np.allclose(p[idxs[idxs >= 16]], 3 + 1e-6)
+
+
+def test_ray_run_survives_a_killed_actor():
+    "Two actors on a local Ray, a few hundred steps; actor 0 is killed mid-run: training goes on, the buffer's count only grows, the actor comes back."
+    ray = pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    torch.set_num_threads(1)
+    run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=30, num_cpus=2)
+    try:
+        before = ray_get(run.actors[0].collect.remote(None, 0, 1), 30, 'actor 0')['pid']
+        rows, counts, killed_at = [], [], None
+        for row in run.iterate(400):
+            rows.append(row)
+            if len(rows) % 20 == 0: counts.append(run.stats()['n_added'])
+            if len(rows) == 60:
+                ray.kill(run.actors[0], no_restart=False)
+                killed_at = row['update']
+        assert killed_at is not None and rows[-1]['update'] > killed_at + 50   # updates went on after the kill
+        assert run.env_steps >= 400 and counts == sorted(counts) and run.stats()['n_added'] >= counts[-1]
+        assert rows[-1]['version'] > 1 and all(np.isfinite(r['loss']) for r in rows)
+        after = ray_get(run.actors[0].collect.remote(None, 0, 1), 60, 'actor 0 after its restart')['pid']
+        assert after != before
+    finally:
+        run.close()
+    assert not ray.is_initialized()
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+    def no_ray(name, *args, **kwargs):
+        if name == 'ray': raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, '__import__', no_ray)
+    with pytest.raises(ImportError, match=r"fastrl_per\[ray\]"): train_apex(steps=10)
