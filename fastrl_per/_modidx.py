@@ -622,4 +622,5 @@ d = { 'settings': { 'branch': 'main',
                                   'fastrl_per.train.space_shapes': ('train.html#space_shapes', 'fastrl_per/train.py'),
                                   'fastrl_per.train.start_manifest': ('train.html#start_manifest', 'fastrl_per/train.py'),
                                   'fastrl_per.train.train': ('train.html#train', 'fastrl_per/train.py'),
+                                  'fastrl_per.train.train_on_ray': ('train.html#train_on_ray', 'fastrl_per/train.py'),
                                   'fastrl_per.train.write_manifest': ('train.html#write_manifest', 'fastrl_per/train.py')}}}

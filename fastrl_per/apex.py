@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from .core import SimpleStep
 from .pipes import UnbatchSteps
-from .nstep import NStepTransitions, nstep_discount, check_gamma
+from .nstep import NStepTransitions, check_gamma
 from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays
@@ -35,7 +35,7 @@ def td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Mo
     "n-step TD errors of `batch` under `model` (targets from `target_model`, default `model`), no gradient."
     with torch.no_grad():
         q = model(batch.state).gather(-1, batch.action.long().unsqueeze(-1)).squeeze(-1)
-        return td_target(batch, model if target_model is None else target_model, nstep_discount(batch, gamma)) - q
+        return td_target(batch, model if target_model is None else target_model, gamma) - q
 
 # %% ../nbs/13_apex.ipynb #e2fc6e16
 class ReplayServer:
@@ -111,7 +111,7 @@ def learn(model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimiz
           gamma:float, max_grad_norm:float|None=10.) -> tuple[float, torch.Tensor]:
     "One importance-weighted n-step DQN update on a sampled `batch`; its loss and TD errors."
     q = model(batch.state).gather(-1, batch.action.long().unsqueeze(-1)).squeeze(-1)
-    target = td_target(batch, target_model, nstep_discount(batch, gamma))
+    target = td_target(batch, target_model, gamma)
     loss = (F.smooth_l1_loss(q, target, reduction='none') * batch.weights).mean()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()

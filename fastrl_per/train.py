@@ -28,7 +28,8 @@ __all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_N
            'manifest_differences', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes',
            'restore_learner', 'new_learner', 'resume_learner', 'RunInterrupted', 'StopSignals', 'solved_threshold',
            'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best', 'load_best',
-           'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train', 'check_video_extra', 'evaluate']
+           'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train_on_ray', 'train', 'check_video_extra',
+           'evaluate']
 
 # %% ../nbs/07_train.ipynb #de10509c
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -409,6 +410,19 @@ def metrics_row(row:dict, update:int, ended, evaluated) -> list:
     return [row['frame'], update, f"{row['loss']:.6g}", f"{row['epsilon']:.4g}", f"{row['beta']:.4g}", ended,
             evaluated if evaluated == '' else f"{evaluated:.6g}"]
 
+def train_on_ray(actors:int, out, resume, solved, threads:int, options:dict) -> str:
+    "Ape-X with `actors` Ray actors (`fastrl_per.apex`) into a new run directory: its checkpoint; no metrics, evaluation or resume yet."
+    if resume is not None: raise ValueError("--actors cannot resume a run yet; start a new run")
+    from .apex import ApexRun, train_apex
+    config = learner_config(options)
+    taken = set(inspect.signature(ApexRun.__init__).parameters) | {'total_steps'}
+    untaken = sorted(flag(k) for k in config if k not in taken)
+    if untaken: raise ValueError(f"--actors does not take {', '.join(untaken)} yet")
+    env, steps, seed = config.pop('env_id', 'CartPole-v1'), config.pop('total_steps', 30_000), config.pop('seed', 0)
+    run_dir = check_new_run_dir(out or 'runs/apex')
+    try: return train_apex(env, actors, steps, seed, out=str(run_dir), solved=solved_threshold(env, solved), threads=threads, **config)
+    except ImportError as e: raise ValueError(str(e)) from None
+
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
           model:str|None=None, # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
@@ -420,11 +434,13 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
           progress:bool=True, # show a progress bar
+          actors:int=0, # Ape-X on a local Ray (the ray extra): this many env-stepping actors feed one replay actor; 0: one process
           **options): # the learner's arguments, `Learner`'s or `RecurrentLearner`'s, named as their flags (`env`, `steps` for `env_id`, `total_steps`)
     "Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot to the run directory."
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     torch.set_num_threads(threads)
+    if check_int('actors', actors, low=0): return train_on_ray(actors, out, resume, solved, threads, options)
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options), check)
