@@ -211,7 +211,9 @@ def test_evaluate_video_records_each_step(short_run, tmp_path):
     video = Path(done.stdout.split('video: ')[1].strip())
     assert video == run_dir / 'videos' / 'greedy-seed10000-episode-0.mp4'
     frames, _ = imageio_ffmpeg.count_frames_and_secs(str(video))
-    assert frames == steps + 1  # the reset frame and one per step
+    # RecordVideo captures the reset frame and one per step; moviepy's encoder computes the clip's duration as
+    # frames / fps in floating point and, for some lengths, drops the last frame
+    assert steps <= frames <= steps + 1
 
 
 def test_evaluate_video_without_the_extra_names_it(short_run):
