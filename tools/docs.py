@@ -33,14 +33,15 @@ def fmt_param(p, comment):
 
 def signature_md(name, obj, is_method=False):
     "A python block with `name`'s signature, one parameter per line with its comment when any has one."
-    sig = inspect.signature(obj)
+    kind = 'class' if inspect.isclass(obj) else 'def'
+    try: sig = inspect.signature(obj)
+    except ValueError: return f'```python\n{kind} {name}\n```'   # e.g. an exception class that keeps its builtin __init__
     comments = docments(obj)
     params = [p.replace(annotation=as_written(p.annotation)) for p in sig.parameters.values()
               if not (is_method and p.name in ('self', 'cls'))]
     no_ret = sig.return_annotation is sig.empty or inspect.isclass(obj)  # a dataclass's `__init__` returns None
     ret = '' if no_ret else f' -> {inspect.formatannotation(as_written(sig.return_annotation))}'
     ret += f'  # {comments["return"]}' if comments.get('return') else ''
-    kind = 'class' if inspect.isclass(obj) else 'def'
     if not any(comments.get(p.name) for p in params): return f'```python\n{kind} {name}({", ".join(map(str, params))}){ret}\n```'
     lines = '\n'.join(fmt_param(p, comments.get(p.name)) for p in params)
     return f'```python\n{kind} {name}(\n{lines}\n){ret}\n```'
