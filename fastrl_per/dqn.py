@@ -52,7 +52,9 @@ class EpsilonGreedy:
                  end:float=0.1, # epsilon after `decay_steps` steps
                  decay_steps:int=2000, # env steps over which epsilon falls linearly
                  seed:int|None=None): # seeds the exploration
-        check_number('start', start); check_number('end', end); check_int('decay_steps', decay_steps)
+        for name, rate in (('start', start), ('end', end)):
+            if check_number(name, rate) > 1: raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
+        check_int('decay_steps', decay_steps)
         self.model, self.n_actions, self.start, self.end, self.decay_steps = model, n_actions, start, end, decay_steps
         self.steps, self.rng = 0, np.random.default_rng(seed)
 

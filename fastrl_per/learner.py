@@ -14,7 +14,7 @@ from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
                             TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
-from .checks import check_int
+from .checks import check_int, check_number
 from .nstep import NStepTransitions
 
 # %% auto #0
@@ -52,6 +52,7 @@ class Learner:
                  device:str='auto'): # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
+        if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs_dim, n_actions = discrete_env_dims(env_id)
         torch.manual_seed(seed)
