@@ -22,8 +22,9 @@ from .nstep import nstep_discount
 
 # %% auto #0
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
-           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'TargetUpdate', 'soft_update',
-           'buffer_or_upstream', 'max_by_id', 'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'discrete_env_dims']
+           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'TargetUpdate', 'SoftUpdate',
+           'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback', 'AnnealBeta', 'TrainMetrics',
+           'discrete_env_dims']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -68,11 +69,14 @@ class EpsilonGreedy:
         return states.float()
 
     def __call__(self, states:torch.Tensor) -> np.ndarray:
-        "One action per state; counts every state as one step."
+        "One action per state; counts every state as one step. The model runs only when some state acts greedily."
         n, eps = len(states), self.epsilon
-        device = next(self.model.parameters()).device
-        with torch.no_grad(): actions = self.model(self.model_input(states).to(device)).argmax(-1).cpu().numpy()
-        explore = self.rng.random(n) < eps
+        inputs = self.model_input(states)      # always: an agent with memory (a window of states) moves on here
+        explore = self.rng.random(n) < eps     # the draws come in the same order whether the model runs or not
+        if explore.all(): actions = np.zeros(n, np.int64)
+        else:
+            device = next(self.model.parameters()).device
+            with torch.inference_mode(): actions = self.model(inputs.to(device)).argmax(-1).cpu().numpy()
         actions[explore] = self.rng.integers(self.n_actions, size=int(explore.sum()))
         self.steps += n
         return actions
@@ -173,7 +177,7 @@ class WeightedLoss(IterDataPipe):
 
     def __iter__(self):
         for ts in self.source_datapipe:
-            ts.td = (ts.target - ts.q).detach()
+            ts.td = ts.target - ts.q.detach()
             ts.loss = (self.loss_fn(ts.q, ts.target, reduction='none') * ts.batch.weights).mean()
             yield ts
 
@@ -185,7 +189,7 @@ class OptimizerStep(IterDataPipe):
 
     def __iter__(self):
         for ts in self.source_datapipe:
-            self.optimizer.zero_grad(set_to_none=True)
+            for p in self.params: p.grad = None   # what `zero_grad(set_to_none=True)` does, without its per-call overhead
             ts.loss.backward()
             if self.max_grad_norm is not None: nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
             self.optimizer.step()
@@ -209,15 +213,22 @@ class TargetUpdate(IterDataPipe):
         self.steps = 0
 
     def __iter__(self):
+        if self.tau is not None: soft = SoftUpdate(self.target_model, self.model, self.tau)
         for ts in self.source_datapipe:
             self.steps += 1
-            if self.tau is not None: soft_update(self.target_model, self.model, self.tau)
+            if self.tau is not None: soft()
             elif self.steps % self.every == 0: self.target_model.load_state_dict(self.model.state_dict())
             yield ts
 
+class SoftUpdate:
+    "target ← (1 - tau)·target + tau·source, all parameters in one call; the parameter lists are gathered once."
+    def __init__(self, target:nn.Module, source:nn.Module, tau:float):
+        self.ema, self.target, self.source = get_ema_multi_avg_fn(1 - tau), list(target.parameters()), list(source.parameters())
+    def __call__(self): self.ema(self.target, self.source, None)
+
 def soft_update(target:nn.Module, source:nn.Module, tau:float):
     "target ← (1 - tau)·target + tau·source, all parameters in one call."
-    get_ema_multi_avg_fn(1 - tau)(list(target.parameters()), list(source.parameters()), None)
+    SoftUpdate(target, source, tau)()
 
 # %% ../nbs/05c_dqn.ipynb #c8b75fb4
 def buffer_or_upstream(pipe, buffer, cls):

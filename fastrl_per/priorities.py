@@ -98,7 +98,7 @@ def add(self:Priorities,
     for first, count in ((start, head), (0, n - head)):
         if count <= 0: continue
         keys = slice(first, first + count)
-        self.tree.set_range(first, np.repeat(leaf, count))
+        self.tree.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when it was set
         self.raw[keys], self.active[keys] = self.max_priority, active
         if self.stale_rule: self.writes[keys] += 1
         else: self.writes[keys], self.sampled_at[keys] = 1, -1    # a new history: updates always apply
@@ -148,7 +148,7 @@ def feedback_arrays(idxs, errors, names=('idxs', 'td_errors')) -> tuple:
         raise ValueError(f"got {idxs.size} {names[0]} but {errors.size} {names[1]}: they must pair up as two 1-d arrays of one length")
     if len(idxs) and idxs.dtype.kind not in 'iu': raise ValueError(f"{names[0]} must be integer keys, got {idxs.dtype}: {idxs[:3]}")
     if len(errors) and not np.isfinite(errors).all(): raise ValueError(f"{names[1]} must be finite, got {errors[~np.isfinite(errors)][0]!r}")
-    return idxs.astype(np.int64), errors
+    return idxs.astype(np.int64, copy=False), errors
 
 @patch
 def update(self:Priorities,

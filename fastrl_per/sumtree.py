@@ -141,6 +141,13 @@ def set_range(self:SumTree,
     if not 0 <= start <= start + len(values) <= self.capacity:
         raise ValueError(f"leaves {start}..{start + len(values) - 1} are outside [0, {self.capacity})")
     check_nonnegative(values)
+    self.set_range_unchecked(start, values)
+
+@patch
+def set_range_unchecked(self:SumTree,
+              start:int, # first leaf
+              values): # float64 values of leaves start, start+1, ...: finite, >= 0 and inside the tree
+    "`set_range` without its checks (for callers that know their values are valid, as a new step's leaf is)."
     self._written(*_write_range(self._sum, self._n, int(start), values, *self._min_state()))
 
 @patch
