@@ -3,8 +3,9 @@
 Both sides: CartPole-v1 through `fastrl_per.envs.EnvRun` (next-step autoreset, reset rows
 dropped), epsilon-greedy with `fastrl_per.dqn.EpsilonGreedy`, the
 `fastrl_per.per.PrioritizedReplayBuffer` core, the same `QNetwork`, batch size, double-DQN
-target, importance-weighted smooth L1 loss, gradient-norm clipping at 10, fused Adam, one-call soft target update, priority update and beta
-anneal, and one metrics row (with `loss.item()`) per update. With the same seed the two produce
+target, importance-weighted smooth L1 loss, gradient-norm clipping at 10, fused Adam, one-call soft target update
+(`SoftUpdate`, parameter lists gathered once), gradients set to None directly, priority update and beta
+anneal, and one metrics row (with `loss.item()` and the mean weight) per update. With the same seed the two produce
 the same losses, which the script checks before timing: the work is identical, only the
 plumbing differs.
 
@@ -29,7 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from fastrl_per.envs import EnvRun
-from fastrl_per.dqn import EpsilonGreedy, QNetwork, adam, discrete_env_dims, soft_update
+from fastrl_per.dqn import EpsilonGreedy, QNetwork, SoftUpdate, adam, discrete_env_dims
 from fastrl_per.learner import Learner
 from fastrl_per.per import PrioritizedReplayBuffer
 
@@ -49,6 +50,7 @@ class HandLoop:
         self.model = QNetwork(obs_dim, n_actions, c['hidden'])
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt = adam(self.model, c['lr'])
+        self.params, self.soft_update = list(self.model.parameters()), SoftUpdate(self.target, self.model, c['tau'])
         self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
         self.env = EnvRun(ENV, 1, seed)
         self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=c['alpha'], beta=c['beta'],
@@ -75,15 +77,16 @@ class HandLoop:
         q = model(b.state).gather(-1, b.action.long().unsqueeze(-1)).squeeze(-1)
         td = (y - q).detach()
         loss = (F.smooth_l1_loss(q, y, reduction='none') * b.weights).mean()
-        self.opt.zero_grad(set_to_none=True)
+        for p in self.params: p.grad = None
         loss.backward()
-        nn.utils.clip_grad_norm_(self.model.parameters(), c['max_grad_norm'])
+        nn.utils.clip_grad_norm_(self.params, c['max_grad_norm'])
         self.opt.step()
         self.updates += 1
-        soft_update(self.target, self.model, c['tau'])
+        self.soft_update()
         self.buf.update_priorities(b.idxs, td.abs())
         self.buf.anneal_beta(min(1., self.updates / max(1, self.total_steps - c['bs'] + 1)))
-        return dict(loss=loss.item(), epsilon=self.agent.epsilon, beta=self.buf.beta, frame=self.frames)
+        return dict(loss=loss.item(), epsilon=self.agent.epsilon, beta=self.buf.beta,
+                    weight=b.weights.mean().item(), frame=self.frames)
 
 
 def pipeline(seed, total_steps): return Learner(ENV, replay='per', seed=seed, total_steps=total_steps, **CONFIG)
