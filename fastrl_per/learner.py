@@ -21,7 +21,7 @@ from .nstep import NStepTransitions
 from .core import SimpleStep
 from .memory import step_columns, packed_dtype
 from .atari import is_atari, SignRewards
-from .frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from .conv import NatureQNetwork
 
 # %% auto #0
@@ -96,7 +96,7 @@ class Learner:
         shape = obs if frames else (obs,)
         state = np.zeros(shape, np.uint8 if frames else np.float32)
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
-        return FrameReplayBuffer(max_sz).storage.nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
+        return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
     def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu'):
         "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
