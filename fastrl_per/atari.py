@@ -8,10 +8,14 @@ from functools import partial
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
+import torch
+from torch.utils.data import IterDataPipe
+from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['ATARI_EXTRA', 'is_atari', 'register_atari', 'make_atari_env', 'make_atari_vector_env']
+__all__ = ['ATARI_EXTRA', 'ATARI_DEFAULTS', 'is_atari', 'register_atari', 'make_atari_env', 'make_atari_vector_env', 'make_env',
+           'SignRewards', 'atari_defaults']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
 ATARI_EXTRA = "pip install -e '.[atari]'"
@@ -55,3 +59,27 @@ def make_atari_vector_env(env_id:str, # an `ALE/...` id
     check_int('nenvs', nenvs)
     make_atari_env(env_id, **kwargs).close()  # fail here, with a clear message, on a bad id or argument
     return SyncVectorEnv([partial(make_atari_env, env_id, **kwargs)] * nenvs, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+# %% ../nbs/02c_atari.ipynb #9870d38f
+def make_env(env_id:str, **kwargs) -> gym.Env:
+    "The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, else `gym.make(env_id, **kwargs)`."
+    return make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
+
+# %% ../nbs/02c_atari.ipynb #5f8e0af2
+class SignRewards(IterDataPipe):
+    "Pass steps on with `reward` replaced by its sign (−1, 0 or +1); `total_reward` keeps the game's score."
+    def __init__(self, source_datapipe): self.source_datapipe = source_datapipe
+    def __iter__(self):
+        for step in self.source_datapipe:
+            yield SimpleStep.from_fields({n: getattr(step, n) for n in STEP_FIELDS} | dict(reward=step.reward.sign()))
+
+# %% ../nbs/02c_atari.ipynb #d70d7401
+ATARI_DEFAULTS = dict(total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
+                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, alpha=0.6, beta=0.4, double=True)
+
+def atari_defaults(total_steps:int|None=None) -> dict:
+    "`ATARI_DEFAULTS` for a run of `total_steps` env steps: the buffer at most `total_steps`, the warm-up at most a quarter of it."
+    steps = ATARI_DEFAULTS['total_steps'] if total_steps is None else check_int('total_steps', total_steps)
+    bs = ATARI_DEFAULTS['bs']
+    return dict(ATARI_DEFAULTS, total_steps=steps, max_sz=max(bs, min(ATARI_DEFAULTS['max_sz'], steps)),
+                warmup=max(bs, min(ATARI_DEFAULTS['warmup'], steps // 4)))

@@ -8,10 +8,11 @@ import argparse, inspect, sys, typing, warnings
 from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, learner_classes, flag, RunInterrupted
+from .atari import ATARI_DEFAULTS
 
 # %% auto #0
-__all__ = ['EXIT_CODES', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments', 'learner_help',
-           'learner_flags', 'commands', 'make_parser', 'one_line', 'show_warning', 'main']
+__all__ = ['EXIT_CODES', 'ATARI_NOTE', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments',
+           'learner_help', 'learner_flags', 'commands', 'make_parser', 'one_line', 'show_warning', 'main']
 
 # %% ../nbs/08_cli.ipynb #505ef520
 def typed(name:str, value) -> str:
@@ -63,9 +64,10 @@ def learner_arguments() -> dict:
     return arguments
 
 def learner_help(name:str, doc:str, defaults:dict) -> str:
-    "`doc` with the default of each model that takes argument `name`."
+    "`doc` with the default of each model that takes argument `name`, and its default for an `ALE/...` id."
     first, *others = defaults
     parts = [f"default: {typed(name, defaults[first])}"] + [f"{m}: {typed(name, defaults[m])}" for m in others if defaults[m] != defaults[first]]
+    if name in ATARI_DEFAULTS and ATARI_DEFAULTS[name] != defaults[first]: parts.append(f"ALE ids: {typed(name, ATARI_DEFAULTS[name])}")
     if len(defaults) < len(learner_classes()): parts.insert(0, f"{', '.join(defaults)} only")
     return f"{doc} ({'; '.join(parts)})"
 
@@ -79,6 +81,10 @@ EXIT_CODES = """exit codes:
   1    a run that failed: one line on stderr says why (--debug shows the traceback)
   2    a usage error
   130  stopped by Ctrl-C; 143 by SIGTERM (train saves the run first)"""
+
+ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings (Mnih et al. 2015, "
+              "Schaul et al. 2016; 'ALE ids' below) for every flag not given, with --buffer-size at most --steps "
+              "and --warmup at most a quarter of it.")
 
 def commands() -> dict:
     "The subcommands of `fastrl_per`: name → (function, what it does, example invocations)."
@@ -100,7 +106,7 @@ def make_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, description=what + ('; it runs --steps env steps, or fewer with --solved' if func is train else ''), epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
         if func is train:
             function_flags(sub.add_argument_group('the run'), train)
-            learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)'))
+            learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)', ATARI_NOTE))
         else: function_flags(sub, func)
         sub.add_argument('--debug', action='store_true', default=False, help='show the full traceback of a failure')
     return parser

@@ -15,6 +15,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep
 from .pipes import find_upstream
 from .envs import check_env_id
+from .atari import make_env
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .checks import check_int, check_number
@@ -285,14 +286,18 @@ class TrainMetrics(IterDataPipe):
                        weight=ts.batch.weights.mean().item())
 
 # %% ../nbs/05c_dqn.ipynb #42a38c6c
-def discrete_env_dims(env_id:str) -> tuple[int, int]:
-    "Observation size and number of actions of `env_id`; a `ValueError` unless DQN can run on it."
+def discrete_env_dims(env_id:str,
+                      images:bool=False) -> tuple[int|tuple[int, ...], int]: # images: also take stacks of uint8 frames (a conv network's input)
+    "Observation size (with `images`, the shape of a stack of uint8 frames) and number of actions of `env_id`; a `ValueError` unless DQN can run on it."
     check_env_id(env_id)
-    env = gym.make(env_id)
+    env = make_env(env_id)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
+    if images and isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+        return tuple(obs_space.shape), int(act_space.n)
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"this Q-network needs flat Box observations; {env_id!r} has {obs_space}")
+        raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; {env_id!r} has {obs_space}")
     return obs_space.shape[0], int(act_space.n)
+

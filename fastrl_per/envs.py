@@ -14,13 +14,15 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
 from .checks import check_int
+from .atari import is_atari, register_atari, make_env
 
 # %% auto #0
 __all__ = ['check_env_id', 'EnvRun', 'EnvRuns', 'GymStepper', 'StepBudget', 'Budgeted', 'GymTransformBlock']
 
 # %% ../nbs/02_envs.ipynb #d05f63f9
 def check_env_id(env_id):
-    "Raise a `ValueError` naming `env_id` unless gymnasium knows it."
+    "Raise a `ValueError` naming `env_id` unless gymnasium knows it (an `ALE/...` id once ale-py registers it: without the atari extra, a line naming it)."
+    if is_atari(env_id): register_atari()
     if not isinstance(env_id, str) or env_id not in gym.registry:
         raise ValueError(f"unknown gymnasium env id {env_id!r}; registered ids include 'CartPole-v1', 'Acrobot-v1', 'MountainCar-v0'")
 
@@ -29,7 +31,7 @@ class EnvRun:
     "`nenvs` copies of one env stepped together with next-step autoreset, and the episode bookkeeping of each."
     def __init__(self, env_id:str, nenvs:int, seed:int|None, first_env_id:int=0):
         check_env_id(env_id)
-        self.envs = [gym.make(env_id) for _ in range(nenvs)]
+        self.envs = [make_env(env_id) for _ in range(nenvs)]  # Atari ids get the standard preprocessing
         self.obs_dtype = self.envs[0].observation_space.dtype
         self.action_space = batch_space(self.envs[0].action_space, nenvs)  # a vector env's action space
         self.action_space.seed(seed)

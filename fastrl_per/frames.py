@@ -4,15 +4,18 @@
 
 # %% ../nbs/03c_frames.ipynb #e001e65b
 from __future__ import annotations
+import math
 import numpy as np
 import torch
 from fastcore.basics import patch
+from fastcore.meta import delegates
 from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int, as_numpy
-from .memory import step_columns, packed_dtype, RingStorage
+from .memory import step_columns, packed_dtype, RingStorage, ReplayBuffer
+from .per import PrioritizedReplayBuffer
 
 # %% auto #0
-__all__ = ['IMAGE_FIELDS', 'SAVED', 'check_stacks', 'FrameStorage']
+__all__ = ['IMAGE_FIELDS', 'SAVED', 'check_stacks', 'FrameStorage', 'FrameReplayBuffer', 'PrioritizedFrameReplayBuffer']
 
 # %% ../nbs/03c_frames.ipynb #5cc82e27
 IMAGE_FIELDS = ('state', 'next_state')
@@ -53,14 +56,26 @@ class FrameStorage:
         "Frames kept for stacks of `stack` frames: `frame_slots` if given, else one per transition, 1/64 more for episode starts, and one stack."
         return self.max_sz + self.max_sz // 64 + stack if self.frame_slots is None else self.frame_slots
 
-    def _allocate(self, columns:dict):
-        "Zeroed rings shaped after `columns`."
+    def layout(self, columns:dict) -> dict:
+        "The shape and dtype of each ring for steps shaped like `columns`."
         small = {n: a for n, a in columns.items() if n not in IMAGE_FIELDS}
-        self.rows, self.stack_shape = np.zeros(self.max_sz, packed_dtype(small)), columns['state'].shape[1:]
+        stack_shape = columns['state'].shape[1:]
+        slots = self.slots_for(stack_shape[0])
+        return dict(rows=((self.max_sz,), packed_dtype(small)), newest=((self.max_sz,), np.int64), oldest=((self.max_sz,), np.int64),
+                    frames=((slots, *stack_shape[1:]), np.uint8), prev=((slots,), np.int64))
+
+    def nbytes_for(self, columns:dict) -> int:
+        "Bytes the rings take once steps shaped like `columns` are written."
+        return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self.layout(columns).values())
+
+    def _allocate(self, columns:dict):
+        "Zeroed rings shaped after `columns`; a `ValueError` saying how much memory a storage this large needs if it cannot be had."
+        try: rings = {n: np.zeros(shape, dtype) for n, (shape, dtype) in self.layout(columns).items()}
+        except MemoryError:
+            raise ValueError(f"cannot allocate the {self.nbytes_for(columns) / 1e9:.1f} GB that {self.max_sz:,} transitions need; choose a smaller max_sz") from None
+        self.stack_shape = columns['state'].shape[1:]
         self.frame_slots = self.slots_for(self.stack_shape[0])
-        self.newest, self.oldest = np.zeros(self.max_sz, np.int64), np.zeros(self.max_sz, np.int64)
-        self.frames = np.zeros((self.frame_slots, *self.stack_shape[1:]), np.uint8)
-        self.prev = np.zeros(self.frame_slots, np.int64)
+        for n, a in rings.items(): setattr(self, n, a)
 
     def check(self, columns:dict) -> int:
         "Raise a `ValueError` if `columns` do not fit the stored ones; return their row count."
@@ -224,3 +239,38 @@ def load(self:FrameStorage, n_added:int, columns:dict|None):
 def nbytes(self:FrameStorage) -> int:
     "Bytes held by the rings."
     return 0 if self.rows is None else sum(a.nbytes for a in (self.rows, self.newest, self.oldest, self.frames, self.prev))
+
+# %% ../nbs/03c_frames.ipynb #f67720fd
+class FrameReplayBuffer(ReplayBuffer):
+    "A `ReplayBuffer` keeping stacked uint8 frames in a `FrameStorage`: uniform draws of distinct sampleable slots."
+    def __init__(self,
+                 max_sz:int=100, # transitions kept; the oldest are overwritten first
+                 bs:int=1, # default batch size of `sample`
+                 seed:int|None=None, # seeds the sampler
+                 frame_slots:int|None=None): # frames kept (None: `FrameStorage`'s default)
+        super().__init__(max_sz=max_sz, bs=bs, seed=seed)
+        self.storage = FrameStorage(max_sz, frame_slots)
+
+    def _draw(self, bs:int):
+        "`bs` distinct sampleable slots, weights all one."
+        n = self.storage.n_valid
+        if bs > n: raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {n} sampleable ones")
+        return self.storage.valid_slots(self.rng.choice(n, size=bs, replace=False)), np.ones(bs, np.float32)
+
+class PrioritizedFrameReplayBuffer(PrioritizedReplayBuffer):
+    "A `PrioritizedReplayBuffer` keeping stacked uint8 frames in a `FrameStorage`: slots that lost a frame leave the draw."
+    @delegates(PrioritizedReplayBuffer.__init__)
+    def __init__(self,
+                 max_sz:int=100, # transitions kept; the oldest are overwritten first
+                 frame_slots:int|None=None, # frames kept (None: `FrameStorage`'s default)
+                 **kwargs): # `PrioritizedReplayBuffer`'s: bs, alpha, beta, eps, seed
+        super().__init__(max_sz=max_sz, **kwargs)
+        self.storage = FrameStorage(max_sz, frame_slots)
+
+    def _written(self, start, n):
+        super()._written(start, n)
+        self._core.set_active(self.storage.invalid_slots(), False)
+
+    def _assign(self, state:dict):
+        super()._assign(state)
+        self._core.set_active(self.storage.invalid_slots(), False)

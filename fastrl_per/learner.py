@@ -4,7 +4,9 @@
 
 # %% ../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
+import os
 from copy import deepcopy
+import numpy as np
 from fastcore.basics import patch
 import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
@@ -16,11 +18,20 @@ from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, W
                             TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
+from .core import SimpleStep
+from .memory import step_columns, packed_dtype
+from .atari import is_atari, SignRewards
+from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from .conv import NatureQNetwork
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'Learner']
+__all__ = ['CHECKPOINT_VERSION', 'physical_memory', 'Learner']
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
+def physical_memory() -> int:
+    "Bytes of memory this machine has."
+    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
 class Learner:
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
     def __init__(self,
@@ -54,20 +65,38 @@ class Learner:
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
         if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
-        obs_dim, n_actions = discrete_env_dims(env_id)
+        obs, n_actions = discrete_env_dims(env_id, images=True)
+        frames = isinstance(obs, tuple)  # stacks of uint8 frames: a conv network, each frame stored once
+        if frames and n_step > 1: raise ValueError(f"n_step {n_step} is not supported for image observations ({env_id!r}) yet; use n_step=1")
+        check_int('max_sz', max_sz); check_int('bs', bs)
+        self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
+        if self.replay_nbytes > physical_memory():
+            raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, more than this machine's "
+                             f"{physical_memory() / 1e9:.1f} GB; choose a smaller max_sz (--buffer-size)")
         torch.manual_seed(seed)
-        model = QNetwork(obs_dim, n_actions, hidden, dueling)
+        model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device)
+        if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
         if n_step > 1: steps = NStepTransitions(steps, n_step, gamma)
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, **cadence)
+            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed) if frames else None
+            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, buffer=buffer, **cadence)
         else:
-            self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, **cadence)
+            buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
+            self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
         rounds = (total_steps - self.replay.warmup) // train_every + 1   # updates start once `warmup` steps are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
+
+    @staticmethod
+    def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
+        "Bytes the replay storage of `max_sz` transitions of observations `obs` (a size, or a frame stack's shape) takes once written."
+        shape = obs if frames else (obs,)
+        state = np.zeros(shape, np.uint8 if frames else np.float32)
+        columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
+        return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
     def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu'):
         "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."

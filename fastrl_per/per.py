@@ -75,8 +75,9 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  seed:int|None=None, # seeds the sampler
                  every:int=1, # incoming items between rounds of sampling
                  repeats:int=1, # batches sampled each round
-                 warmup:int|None=None): # steps stored before the first sample; None: bs
-        buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
+                 warmup:int|None=None, # steps stored before the first sample; None: bs
+                 buffer:PrioritizedReplayBuffer|None=None): # an existing buffer core to wrap instead of a new one
+        if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
         super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats, warmup=warmup)
 
     lock = property(lambda self: self.buffer.lock)

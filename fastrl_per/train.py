@@ -17,7 +17,7 @@ import fastrl_per
 from . import __version__
 from .learner import Learner
 from .recurrent_learner import RecurrentLearner
-from .atari import is_atari, register_atari
+from .atari import is_atari, register_atari, make_env, atari_defaults
 from .checks import check_int, check_number, save_atomically, write_atomically
 
 # %% auto #0
@@ -26,10 +26,10 @@ __all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_N
            'plot_metrics', 'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model', 'software',
            'machine', 'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest',
            'manifest_differences', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes',
-           'restore_learner', 'new_learner', 'resume_learner', 'RunInterrupted', 'StopSignals', 'solved_threshold',
-           'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best', 'load_best',
-           'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train_on_ray', 'train', 'check_video_extra',
-           'evaluate']
+           'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'RunInterrupted', 'StopSignals',
+           'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best',
+           'load_best', 'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train_on_ray', 'train',
+           'check_video_extra', 'evaluate']
 
 # %% ../nbs/07_train.ipynb #de10509c
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -160,7 +160,7 @@ def machine(learner:Learner) -> dict:
 
 def space_shapes(env_id:str) -> dict:
     "The observation shape and action space of `env_id`."
-    env = gym.make(env_id)
+    env = make_env(env_id)
     try: return dict(observation_shape=list(env.observation_space.shape), action_space=str(env.action_space))
     finally: env.close()
 
@@ -214,7 +214,7 @@ def check_env_dependencies(env_id):
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07_train.ipynb #60ecb55d
-FLAG_NAMES = dict(env_id='env', total_steps='steps')
+FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size')
 
 def flag(name:str) -> str:
     "The command-line flag of learner argument `name`."
@@ -246,8 +246,14 @@ def new_learner(model:str, **config) -> Learner:
     params = inspect.signature(cls).parameters
     foreign = [flag(k) for k in config if k not in params]
     if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to --model {model}")
-    check_env_dependencies(config.get('env_id', params['env_id'].default))
-    return cls(**config)
+    env_id = config.get('env_id', params['env_id'].default)
+    check_env_dependencies(env_id)
+    return cls(**env_defaults(env_id, config, params), **config)
+
+def env_defaults(env_id, config:dict, params) -> dict:
+    "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `atari_defaults` for an `ALE/...` id."
+    defaults = atari_defaults(config.get('total_steps')) if is_atari(env_id) else {}
+    return {k: v for k, v in defaults.items() if k in params and k not in config}
 
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
     "The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only."
@@ -320,11 +326,11 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
 # %% ../nbs/07_train.ipynb #ce327b7e
 def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
     "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
-    if video_dir is None: env = gym.make(env_id)
+    if video_dir is None: env = make_env(env_id)
     else:
         with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is what we want
             warnings.filterwarnings('ignore', message='.*Overwriting existing videos')
-            env = gym.wrappers.RecordVideo(gym.make(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
+            env = gym.wrappers.RecordVideo(make_env(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
                                            name_prefix=f'greedy-seed{seed}')
     device, returns = next(agent.model.parameters()).device, []
     for i in range(episodes):
@@ -446,6 +452,9 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options), check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
+    if hasattr(learner, 'replay_nbytes'):
+        manifest['replay_bytes'] = learner.replay_nbytes
+        if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, {learner.replay_nbytes / 1e9:.2f} GB once full\n")
     save_run(run_dir, learner, manifest, updates)
     total = learner.config['total_steps']
     bar = progress_bar(range(total)) if progress else None

@@ -1,5 +1,5 @@
 "Atari envs: real `ALE/Pong-v5` observations, stacks that shift by one frame, episode boundaries, and the missing-extra message."
-import importlib.util, sys
+import importlib.util, re, sys
 import numpy as np
 import pytest
 from fastrl_per.atari import is_atari, make_atari_env, make_atari_vector_env, register_atari
@@ -70,3 +70,107 @@ def test_terminal_on_life_loss_ends_an_episode_when_a_life_is_lost():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message): make_atari_env(**kwargs)
     with pytest.raises(ValueError, match=message): make_atari_vector_env(nenvs=2, **kwargs)
+
+
+# The learner and the command on Atari ids
+
+import csv, os, subprocess
+from pathlib import Path
+import torch
+from fastrl_per.core import SimpleStep
+from fastrl_per.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from fastrl_per.learner import Learner
+from fastrl_per.cli import main
+
+COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
+ENV = dict(os.environ, OMP_NUM_THREADS='1')  # `evaluate` uses torch's default threads; one is fastest for these small batches
+
+
+def run(*args, timeout=600):
+    "Run the installed command niced; its CompletedProcess, which must have succeeded."
+    done = subprocess.run(['nice', *COMMAND, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+    assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    return done
+
+
+def metric_rows(run_dir):
+    with open(Path(run_dir) / 'metrics.csv', newline='') as f: return list(csv.DictReader(f))
+
+
+@needs_ale
+def test_train_resume_and_evaluate_on_pong(tmp_path):
+    "The real command on ALE/Pong-v5: updates after a small warm-up, a checkpoint that resumes, an evaluation of the run."
+    out = tmp_path / 'pong'
+    first = run('train', '--env', 'ALE/Pong-v5', '--steps', 200, '--buffer-size', 250, '--warmup', 60, '--eval-every', 0,
+                '--checkpoint-every', 100, '--out', out)
+    assert 'replay buffer: 250 transitions, 0.00 GB once full' in first.stdout  # 250 × ~7.3 KB
+    assert '200 steps, 36 updates' in first.stdout  # one update every 4 env steps from step 60: (200 - 60) / 4 + 1
+    checkpoint = torch.load(out / 'checkpoint.pt', weights_only=True)
+    config = checkpoint['config']
+    assert (config['bs'], config['train_every'], config['target_every'], config['lr'], config['eps_decay_steps']) == (32, 4, 2_500, 6.25e-5, 1_000_000)
+    assert (config['max_sz'], config['warmup'], checkpoint['replay']['kind']) == (250, 60, 'PrioritizedFrameReplayBuffer')
+    assert 'conv' not in str(checkpoint['model'].keys()) and 'features.0.weight' in checkpoint['model']  # the Nature network
+    rows = metric_rows(out)
+    assert len(rows) == 36 and not (out / 'best.pt').exists()
+    manifest = (out / 'run.json').read_text()
+    assert '"observation_shape": [\n    4,\n    84,\n    84\n  ]' in manifest and '"replay_bytes"' in manifest
+    resumed = run('train', '--resume', out, '--steps', 280, '--no-progress', '--eval-every', 10_000, '--eval-episodes', 1)
+    assert '280 steps, 56 updates' in resumed.stdout and 'best greedy evaluation' in resumed.stdout
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] == 280
+    rows = metric_rows(out)
+    assert [int(r['update']) for r in rows] == list(range(1, 57)) and int(rows[-1]['frame']) == 280 and rows[-1]['eval_return'] != ''
+    done = run('evaluate', out, '--episodes', 1)
+    assert 'mean return over 1 greedy episode' in done.stdout and 'best.pt' in done.stdout
+
+
+@pytest.fixture
+def one_thread():
+    "Torch on one thread (fastest for these small batches, and the other tests' cores stay free), as `fastrl_per train` sets it."
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@needs_ale
+def test_rewards_are_clipped_for_training_only(one_thread):
+    "Space Invaders scores 5 to 30 points an invader: the buffer trains on +1, the returns keep the score."
+    learner = Learner('ALE/SpaceInvaders-v5', seed=0, bs=8, max_sz=400, warmup=8, train_every=100)
+    learner.fit(400)
+    stored = learner.replay.memory[:]
+    assert set(stored.reward.tolist()) == {0., 1.}
+    assert stored.total_reward.max() >= 10 and stored.total_reward.max() > (stored.reward > 0).sum()
+
+
+def frame_step(frames, shape=(4, 6, 6), dtype=np.uint8):
+    stack = np.full(shape, frames, dtype)
+    return SimpleStep(state=stack, action=0, next_state=np.concatenate([stack[1:], np.full((1, *shape[1:]), frames + 1, dtype)]))
+
+
+@pytest.mark.parametrize('make', [lambda: FrameReplayBuffer(max_sz=8, bs=2), lambda: PrioritizedFrameReplayBuffer(max_sz=8, bs=2)])
+@pytest.mark.parametrize('bad, message', [
+    (frame_step(1, shape=(4, 6, 7)), 'the storage holds stacks of (4, 6, 6)'),
+    (frame_step(1, dtype=np.float32), 'must hold uint8 frames'),
+])
+def test_bad_frames_are_refused_before_anything_is_written(make, bad, message):
+    buf = make()
+    buf.add(frame_step(0))
+    before = (len(buf), buf.storage.n_frames, buf.storage.frames.copy())
+    with pytest.raises(ValueError, match=re.escape(message)): buf.add(bad)
+    with pytest.raises(ValueError): buf.add([frame_step(1), bad])  # a batch: its good step is not written either
+    assert (len(buf), buf.storage.n_frames) == before[:2] and np.array_equal(buf.storage.frames, before[2])
+
+
+def test_the_learner_and_the_command_name_the_extra_without_ale_py(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, 'ale_py', None)
+    with pytest.raises(ValueError, match=r"pip install -e '\.\[atari\]'"): Learner('ALE/Pong-v5')
+    with pytest.raises(SystemExit) as e: main(['train', '--env', 'ALE/Pong-v5', '--out', str(tmp_path / 'run')])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 1 and len(err) == 1 and "pip install -e '.[atari]'" in err[0]
+    assert not (tmp_path / 'run').exists()
+
+
+@needs_ale
+def test_a_buffer_larger_than_the_machine_is_refused():
+    with pytest.raises(ValueError, match=r'a replay buffer of 100,000,000 transitions needs 7\d\d\.\d GB.*--buffer-size'):
+        Learner('ALE/Pong-v5', max_sz=100_000_000)
