@@ -145,3 +145,23 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     assert len(json.loads((out / 'run.json').read_text())['legs']) == 2
     evaluated = command('evaluate', out, '--episodes', 2)
     assert evaluated.returncode == 0 and 'mean return over 2 greedy episodes' in evaluated.stdout, evaluated.stderr
+
+
+def test_one_actor_runs_the_learners_algorithm():
+    "With one actor, Ape-X is the single-process Learner (3-step returns) made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    from fastrl_per.learner import Learner
+    torch.set_num_threads(1)
+    steps = 1_500
+    learner = Learner('CartPole-v1', seed=0, total_steps=steps, n_step=3)
+    run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
+    assert all(torch.equal(a, b) for a, b in zip(learner.model.state_dict().values(), run.model.state_dict().values()))
+    single = learner.fit(steps)
+    with run: apex = run.fit(steps)
+    assert not run.running
+    # what asynchrony changes: the actor steps ahead of the learner (a few calls of 50), so Ape-X makes somewhat fewer updates in the same steps
+    assert 0.75 * len(single) <= len(apex) <= len(single)
+    assert abs(apex[-1]['epsilon'] - single[-1]['epsilon']) < 0.02   # the same 1 -> 0.01 decay over 5,000 env steps
+    assert abs(apex[-1]['beta'] - single[-1]['beta']) < 0.1          # both anneal over the planned updates
+    loss = lambda rows: np.median([r['loss'] for r in rows[-300:]])
+    assert 1 / 3 < loss(apex) / loss(single) < 3, (loss(apex), loss(single))
