@@ -162,7 +162,7 @@ class ApexRun:
                  epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
                  hidden:int=128, # hidden units of the Q-network
                  max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
-                 n_step:int=1, # rewards summed per transition (n-step returns); 1 is plain DQN, as the `Learner`'s default
+                 n_step:int=3, # rewards summed per transition (n-step returns), 3 as in Ape-X
                  envs:int=1, # env copies per actor
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call

@@ -148,12 +148,12 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
 
 
 def test_one_actor_runs_the_learners_algorithm():
-    "With one actor and both defaults, Ape-X is the single-process Learner made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
+    "With one actor, Ape-X is the single-process Learner (3-step returns, Ape-X's default) made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
     from fastrl_per.learner import Learner
     torch.set_num_threads(1)
     steps = 1_500
-    learner = Learner('CartPole-v1', seed=0, total_steps=steps)
+    learner = Learner('CartPole-v1', seed=0, total_steps=steps, n_step=3)
     run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
     assert all(torch.equal(a, b) for a, b in zip(learner.model.state_dict().values(), run.model.state_dict().values()))
     single = learner.fit(steps)
