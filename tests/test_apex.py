@@ -161,7 +161,9 @@ def test_one_actor_runs_the_learners_algorithm():
     assert not run.running
     # what asynchrony changes: the actor steps ahead of the learner (a few calls of 50), so Ape-X makes somewhat fewer updates in the same steps
     assert 0.75 * len(single) <= len(apex) <= len(single)
-    assert abs(apex[-1]['epsilon'] - single[-1]['epsilon']) < 0.02   # the same 1 -> 0.01 decay over 5,000 env steps
+    schedule = lambda frame: 1 - 0.99 * min(1., frame / 5_000)       # the Learner's 1 -> 0.01 decay over 5,000 env steps
+    for rows in (single, apex): assert abs(rows[-1]['epsilon'] - schedule(rows[-1]['frame'])) <= 0.99 * 100 / 5_000   # within two calls of 50 steps
     assert abs(apex[-1]['beta'] - single[-1]['beta']) < 0.1          # both anneal over the planned updates
-    loss = lambda rows: np.median([r['loss'] for r in rows[-300:]])
-    assert 1 / 3 < loss(apex) / loss(single) < 3, (loss(apex), loss(single))
+    median = lambda rows: np.median([r['loss'] for r in rows])
+    for rows in (single, apex): assert median(rows[-300:]) < median(rows[:50]) / 10   # both learn: the loss falls tenfold
+    assert 1 / 10 < median(apex[-300:]) / median(single[-300:]) < 10, (median(apex[-300:]), median(single[-300:]))   # to the same order
