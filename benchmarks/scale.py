@@ -60,15 +60,14 @@ def run_apex(env_id, steps, actors):
     import ray
     from fastrl_per.apex import ApexRun, ray_get
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=dict(worker_process_setup_hook=register_padded))
-    run = ApexRun(env_id, actors=actors, seed=0, bs=64, chunk=50, replay_ratio=1.)
+    run = ApexRun(env_id, actors=actors, seed=0, total_steps=steps, bs=64, chunk=50, replay_ratio=1.).start()
     try:
         for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # started and warm
-        run.env_steps = 0
         start = time.perf_counter()
         updates = sum(1 for _ in run.iterate(steps))
         seconds = time.perf_counter() - start
         pids = [ray_get(a.collect.remote(None, 0, 1), 60, 'actor')['pid'] for a in run.actors] + [run.stats()['pid']]
-        return dict(seconds=seconds, env_steps=run.env_steps, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
+        return dict(seconds=seconds, env_steps=run.episodes.frames, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
     finally: run.close()
 
 def one(mode, env_id, steps):

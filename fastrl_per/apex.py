@@ -4,24 +4,24 @@
 
 # %% ../nbs/13_apex.ipynb #b26d9b67
 from __future__ import annotations
-import math, os
-from pathlib import Path
+import os
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from .core import SimpleStep
 from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
 from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
-from .priorities import feedback_arrays
-from .collect import PolicyCopy
-from .dqn import QNetwork, EpisodeReturns, td_target, adam, soft_update, discrete_env_dims
-from .checks import check_int, check_number, save_atomically
+from .priorities import feedback_arrays, annealed_beta
+from .collect import PolicyCopy, Publish
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims
+from .learner import Learner, CHECKPOINT_VERSION
+from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'ApexActor', 'learn', 'ApexRun', 'train_apex']
+__all__ = ['apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'ApexActor', 'ReplayClient', 'ApexRun',
+           'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
@@ -55,10 +55,15 @@ class ReplayServer:
         "A prioritized batch with `idxs` and `weights`, or None while fewer than `bs` are stored."
         return self.buffer.sample(bs) if len(self.buffer) >= (bs or self.buffer.bs) else None
 
-    def update_priorities(self, idxs, td): self.buffer.update_priorities(idxs, td)
-    def anneal_beta(self, fraction:float): self.buffer.anneal_beta(fraction)
+    def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> float:
+        "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. The buffer's beta."
+        self.buffer.update_priorities(idxs, td)
+        if fraction is not None: self.buffer.anneal_beta(fraction, final)
+        return self.buffer.beta
+
     def stats(self) -> dict: return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta, pid=os.getpid())
     def state_dict(self) -> dict: return self.buffer.state_dict()
+    def load_state_dict(self, state:dict): self.buffer.load_state_dict(state)
 
 # %% ../nbs/13_apex.ipynb #2b9b10fa
 def require_ray():
@@ -75,20 +80,25 @@ def ray_get(ref, timeout:float, what:str):
 
 # %% ../nbs/13_apex.ipynb #8df678c3
 class ApexActor:
-    "Steps its own envs with a local copy of the Q-network at a fixed exploration rate; pushes n-step transitions with their priorities."
+    "Steps its own envs with a local copy of the Q-network and its own exploration rate; pushes n-step transitions with their priorities."
     def __init__(self,
                  env_id:str, # a gymnasium env with a discrete action space
                  replay, # where to push: a `ReplayServer`, or a Ray handle to one
-                 epsilon:float, # this actor's exploration rate
+                 epsilon:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
                  n:int=3, # steps of each n-step return
                  gamma:float=0.99, # discount
                  hidden:int=128, # hidden units of the Q-network
-                 timeout:float=60.): # seconds to wait for the replay
+                 timeout:float=60., # seconds to wait for the replay
+                 eps_start:float|None=None, # exploration at its first step; None: `epsilon` throughout
+                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
+                 steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.replay, self.gamma, self.timeout = replay, check_gamma(gamma), timeout
-        self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden), n_actions, epsilon, epsilon, 1, seed=seed)
+        start = epsilon if eps_start is None else eps_start
+        self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden), n_actions, start, epsilon, decay_steps, seed=seed)
+        self.policy.agent.steps = check_int('steps', steps, low=0)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
 
@@ -99,7 +109,8 @@ class ApexActor:
         ended = len(self.episodes.returns)
         batch = SimpleStep.from_steps([next(self.transitions) for _ in range(steps)])
         self.push(batch, td_errors(self.policy.model, batch, self.gamma))
-        return dict(steps=steps, version=self.policy.version, returns=[r for _, r in self.episodes.returns[ended:]], pid=os.getpid())
+        return dict(steps=steps, version=self.policy.version, epsilon=self.policy.epsilon,
+                    returns=[r for _, r in self.episodes.returns[ended:]], pid=os.getpid())
 
     def push(self, batch:SimpleStep, td:torch.Tensor):
         "Add to the replay: a direct call in one process, a Ray call (waited for, with a timeout) across processes."
@@ -107,81 +118,138 @@ class ApexActor:
         else: ray_get(self.replay.add.remote(batch, td), self.timeout, 'the replay actor')
 
 # %% ../nbs/13_apex.ipynb #ab16b5f3
-def learn(model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimizer, batch:SimpleStep,
-          gamma:float, max_grad_norm:float|None=10.) -> tuple[float, torch.Tensor]:
-    "One importance-weighted n-step DQN update on a sampled `batch`; its loss and TD errors."
-    q = model(batch.state).gather(-1, batch.action.long().unsqueeze(-1)).squeeze(-1)
-    target = td_target(batch, target_model, gamma)
-    loss = (F.smooth_l1_loss(q, target, reduction='none') * batch.weights).mean()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if max_grad_norm is not None: nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    return loss.item(), (target - q).detach()
+class ReplayClient:
+    "The learner's handle on a `ReplayServer` actor, with the buffer methods the DQN stages call: priority feedback, one call in flight; beta annealing."
+    def __init__(self, beta:float, timeout:float):
+        self.server, self.timeout, self.pending = None, timeout, None   # `server`: the Ray handle, set while a run runs
+        self.beta0 = self.beta = beta
+        self.fraction, self.final = None, 1.
+
+    def update_priorities(self, idxs, td):
+        "Send `td` for `idxs` (and the latest beta annealing) once the previous feedback has arrived."
+        self.flush()
+        self.pending = self.server.update_priorities.remote(idxs, td, self.fraction, self.final)
+
+    def anneal_beta(self, fraction:float, final:float=1.):
+        "Beta after `fraction` of training; the replay takes it with the next feedback."
+        self.beta, self.fraction, self.final = annealed_beta(self.beta0, fraction, final), fraction, final
+
+    def flush(self):
+        "Wait for the feedback in flight, if any."
+        if self.pending is not None: ray_get(self.pending, self.timeout, 'the replay actor')
+        self.pending = None
 
 # %% ../nbs/13_apex.ipynb #e4ade73c
 class ApexRun:
-    "Ape-X: `actors` `ApexActor`s and one `ReplayServer` as Ray actors, the learner in this process."
+    "Ape-X: the learner in this process, `actors` `ApexActor`s and one `ReplayServer` as Ray actors while it runs."
     def __init__(self,
                  env_id:str='CartPole-v1', # a gymnasium env with a discrete action space
                  actors:int=2, # env-stepping actors
                  seed:int=0, # seeds the network, envs, exploration and sampling
-                 nenvs:int=1, # env copies per actor
-                 n:int=3, # steps of each n-step return
-                 gamma:float=0.99, # discount
+                 total_steps:int=30_000, # planned env steps, for annealing beta
                  bs:int=64, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
+                 gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
-                 epsilon:float=0.4, # the base of the actors' exploration rates (`apex_epsilons`)
+                 eps:float=1e-6, # added to |TD error|
                  tau:float=0.02, # soft target update rate per update
+                 double:bool=True, # double DQN targets
+                 eps_start:float=1.0, # every actor's exploration at its start
+                 eps_end:float=0.01, # a single actor's exploration after the decay
+                 eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
+                 epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
                  hidden:int=128, # hidden units of the Q-network
+                 max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
+                 n_step:int=3, # rewards summed per transition (n-step returns), 3 as in Ape-X
+                 envs:int=1, # env copies per actor
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
                  replay_ratio:float=1., # at most this many updates per env step
                  max_restarts:int=3, # times Ray restarts a dead actor
                  timeout:float=60., # seconds any Ray call may take
                  num_cpus:int=2): # CPUs of the local Ray instance, if this run starts it
-        for k, v in dict(bs=bs, max_sz=max_sz, publish_every=publish_every, chunk=chunk, hidden=hidden).items(): check_int(k, v)
+        self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+        for k, v in dict(total_steps=total_steps, bs=bs, max_sz=max_sz, publish_every=publish_every, chunk=chunk, hidden=hidden,
+                         n_step=n_step, envs=envs, eps_decay_steps=eps_decay_steps).items(): check_int(k, v)
         check_int('max_restarts', max_restarts, low=0); check_number('replay_ratio', replay_ratio, low_ok=False)
-        check_number('timeout', timeout, low_ok=False)
-        self.epsilons = apex_epsilons(actors, epsilon)
+        check_number('timeout', timeout, low_ok=False); check_gamma(gamma)
+        for name, rate in (('eps_start', eps_start), ('eps_end', eps_end)):
+            if check_number(name, rate) > 1: raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
+        self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
+        self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         obs_dim, n_actions = discrete_env_dims(env_id)
-        self.gamma, self.tau, self.publish_every, self.chunk, self.replay_ratio = check_gamma(gamma), tau, publish_every, chunk, replay_ratio
-        self.max_restarts, self.timeout = max_restarts, timeout
-        self.slack = bs + 2 * actors * chunk   # env steps the actors may run ahead: enough to fill the first batch and keep every actor busy
         torch.manual_seed(seed)
-        self.model = QNetwork(obs_dim, n_actions, hidden)
+        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, hidden)
         self.target_model = QNetwork(obs_dim, n_actions, hidden).requires_grad_(False)
         self.target_model.load_state_dict(self.model.state_dict())
         self.optimizer = adam(self.model, lr)
-        self.env_steps, self.updates, self.version, self.returns = 0, 0, 0, []
-        self.restarts, self.pids = [0] * actors, [None] * actors
-        self.calls, self.idle = {}, list(range(actors))   # each actor has a `collect` call in flight (ref -> actor) or is idle
-        ray = require_ray()
-        self.started_ray = not ray.is_initialized()
-        if self.started_ray: ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        self.replay = ray.remote(ReplayServer).options(num_cpus=0).remote(max_sz, bs, alpha, beta, 1e-6, seed)
-        actor_class = ray.remote(ApexActor).options(num_cpus=0, max_restarts=max_restarts, max_task_retries=-1,   # a call cut short by a death runs again
-                                                    runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
-        self.actors = [actor_class.remote(env_id, self.replay, e, seed + 1_000 * (i + 1), nenvs, n, gamma, hidden, timeout)
-                       for i, e in enumerate(self.epsilons)]
-        self.publish()
+        self.agent = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay, seed=seed)   # the least exploring actor's schedule
+        self.episodes = EpisodeReturns(())   # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
+        self.replay = ReplayClient(beta, timeout)
+        self.replay_state = ReplayServer(max_sz, bs, alpha, beta, eps, seed).state_dict()   # the buffer while no replay actor holds it
+        self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
+        self.actors, self.calls, self.idle, self.pids, self.started_ray = [], {}, [], [], False
+        self.assemble(Batches(self), gamma, max_grad_norm, double=double, tau=tau, updates=max(1, round(total_steps * replay_ratio)))
+        self.pipe = Publish(self.pipe, self, self.model, every=publish_every)
 
-    def publish(self):
-        "Put the learner's weights in Ray's object store under the next version; actors take them at their next call."
-        self.version += 1
-        self.weights = require_ray().put({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+    assemble = Learner.assemble   # the single-process learner's DQN update, after batches from the replay actor
+
+    @property
+    def updates(self) -> int: return self.target_update.steps
+    @property
+    def published(self) -> int: return self.version
+    @property
+    def running(self) -> bool: return self.replay.server is not None
+
+    def start(self):
+        "Start Ray (unless it runs), the replay actor with the run's buffer and the actors; the actors' envs start afresh."
+        if self.running: return self
+        ray, c = require_ray(), self.config
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray: ray.init(num_cpus=c['num_cpus'], include_dashboard=False, log_to_driver=False)
+        server = ray.remote(ReplayServer).options(num_cpus=0).remote(c['max_sz'], c['bs'], c['alpha'], c['beta'], c['eps'], c['seed'])
+        ray_get(server.load_state_dict.remote(self.replay_state), self.timeout, 'the replay actor')
+        actor_class = ray.remote(ApexActor).options(num_cpus=0, max_restarts=c['max_restarts'], max_task_retries=-1,   # a call cut short by a death runs again
+                                                    runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
+        self.actors = [actor_class.remote(c['env_id'], server, e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'], c['n_step'],
+                                          c['gamma'], c['hidden'], self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
+                       for i, e in enumerate(self.epsilons)]
+        self.replay.server, self.calls, self.idle, self.pids = server, {}, list(range(len(self.actors))), [None] * len(self.actors)
+        self.publish(self.model.state_dict(), self.version + 1)
+        return self
+
+    def close(self):
+        "Keep the replay's buffer in this process, then end the actors, and Ray if this run started it."
+        if not self.running: return
+        ray = require_ray()
+        try:
+            self.replay.flush()
+            self.replay_state = ray_get(self.replay.server.state_dict.remote(), self.timeout, 'the replay actor')
+        finally:
+            for a in [*self.actors, self.replay.server]: ray.kill(a, no_restart=True)
+            self.replay.server, self.actors, self.calls = None, [], {}
+            if self.started_ray: ray.shutdown()
+
+    def __enter__(self): return self.start()
+    def __exit__(self, *exc): self.close()
+
+    @property
+    def timeout(self) -> float: return self.config['timeout']
+
+    def publish(self, weights:dict, version:int):
+        "Put `weights` in Ray's object store as `version`; actors take them at their next call."
+        self.version, self.weights = version, require_ray().put({k: v.detach().clone() for k, v in weights.items()})
 
     def ahead(self) -> bool:
-        "Whether the actors are more than `slack` env steps ahead of what `replay_ratio` asks for the updates done."
-        return self.env_steps > self.updates / self.replay_ratio + self.slack
+        "Whether the actors are more than a few calls ahead of what `replay_ratio` asks for the updates done."
+        slack = self.config['bs'] + 2 * len(self.actors) * self.config['chunk']   # enough to fill the first batch and keep every actor busy
+        return self.episodes.frames > self.updates / self.config['replay_ratio'] + slack
 
     def harvest(self, wait:bool):
         "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process id is a restart."
-        ray = require_ray()
-        calls = self.calls
+        ray, calls, last = require_ray(), self.calls, len(self.actors) - 1
         done, _ = ray.wait(list(calls), num_returns=1 if wait else len(calls), timeout=self.timeout if wait else 0)
         if wait and not done: raise TimeoutError(f"no actor answered within {self.timeout:g} s")
         for ref in done:
@@ -191,79 +259,88 @@ class ApexRun:
             except ray.exceptions.RayActorError as e: raise RuntimeError(f"actor {i} died and cannot be restarted: {e}") from None
             if self.pids[i] is not None and result['pid'] != self.pids[i]: self.restarts[i] += 1
             self.pids[i] = result['pid']
-            self.env_steps += result['steps']
-            self.returns += [(i, r) for r in result['returns']]
+            self.episodes.frames += result['steps']
+            self.actor_steps[i] += result['steps']
+            if i == last: self.episodes.returns += [(self.episodes.frames, r) for r in result['returns']]
+        self.agent.steps = self.actor_steps[last]
 
-    def iterate(self, steps:int):
-        "Run until `steps` more env steps have reached the replay; a metrics row per update."
-        check_int('steps', steps)
-        goal, calls, idle, sample, feedback = self.env_steps + steps, self.calls, self.idle, None, None
-        while self.env_steps < goal:
+    def batches(self):
+        "Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`."
+        calls, idle, sample = self.calls, self.idle, None
+        while self.episodes.frames < self.goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
-                calls[self.actors[i].collect.remote(self.weights, self.version, self.chunk)] = i
-            can_learn = self.updates < self.replay_ratio * self.env_steps
+                calls[self.actors[i].collect.remote(self.weights, self.version, self.config['chunk'])] = i
+            can_learn = self.updates < self.config['replay_ratio'] * self.episodes.frames
             self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
-            if sample is None: sample = self.replay.sample.remote()
-            batch, sample = ray_get(sample, self.timeout, 'the replay actor'), self.replay.sample.remote()
+            if sample is None: sample = self.replay.server.sample.remote()
+            batch, sample = ray_get(sample, self.timeout, 'the replay actor'), self.replay.server.sample.remote()
             if batch is None:   # not enough stored yet
                 if calls: self.harvest(wait=True)
                 continue
-            loss, td = learn(self.model, self.target_model, self.optimizer, batch, self.gamma)
-            if feedback is not None: ray_get(feedback, self.timeout, 'the replay actor')   # the previous update arrived, or its error surfaces
-            feedback = self.replay.update_priorities.remote(batch.idxs, td)
-            soft_update(self.target_model, self.model, self.tau)
-            self.updates += 1
-            if self.updates % self.publish_every == 0: self.publish()
-            yield dict(loss=loss, frame=self.env_steps, update=self.updates, version=self.version)
-        if feedback is not None: ray_get(feedback, self.timeout, 'the replay actor')
+            yield batch
+        self.replay.flush()
 
-    def recent(self, n:int=20, actor:int|None=None) -> float:
-        "Mean return of the last `n` episodes the actors (or actor `actor`) finished; nan before the first."
-        returns = [r for i, r in self.returns if actor is None or i == actor][-n:]
-        return float(np.mean(returns)) if returns else float('nan')
+    def iterate(self, steps:int):
+        "Run until `steps` more env steps have reached the replay (starting Ray if need be); a metrics row per update."
+        self.goal = self.episodes.frames + check_int('steps', steps)
+        self.start()
+        for row in self.pipe:
+            row.update(frame=self.episodes.frames, update=self.updates, version=self.version)
+            yield row
+
+    def fit(self, steps:int) -> list[dict]: return list(self.iterate(steps))
+
+    def recent(self, n:int=20) -> float: return self.episodes.recent(n)
+
+    def describe(self, resumed:bool=False) -> str:
+        "A line on the run's actors: their exploration, whose returns count, restarts; for a `resumed` run, what started afresh."
+        rates = ', '.join(f"{e:.2g}" for e in self.epsilons)
+        line = (f"Ape-X: {len(self.epsilons)} actor{'s' if len(self.epsilons) > 1 else ''} on Ray exploring at epsilon {rates} after the decay; "
+                f"episode returns are actor {len(self.epsilons) - 1}'s (the least exploring); {sum(self.restarts)} actor restarts")
+        if resumed: line += "; resumed with the replay, networks, optimiser, counters and weights version of the checkpoint, the actors' envs started afresh"
+        return line
 
     def stats(self) -> dict:
-        "The replay's counts."
-        return ray_get(self.replay.stats.remote(), self.timeout, 'the replay actor')
+        "The replay's counts (from the replay actor while Ray runs)."
+        if self.running: return ray_get(self.replay.server.stats.remote(), self.timeout, 'the replay actor')
+        return dict(n_added=self.replay_state['n_added'], size=min(self.replay_state['n_added'], self.config['max_sz']), beta=self.replay.beta)
 
     def state_dict(self) -> dict:
-        "The learner's networks and optimiser, the counters and the replay's buffer."
-        return dict(model=self.model.state_dict(), target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(),
-                    env_steps=self.env_steps, updates=self.updates, version=self.version, returns=list(self.returns),
-                    replay=ray_get(self.replay.state_dict.remote(), self.timeout, 'the replay actor'))
+        "What `Learner.state_dict` holds (the replay's buffer fetched from its actor while Ray runs), plus the actors' step counts and the weights version."
+        replay = ray_get(self.replay.server.state_dict.remote(), self.timeout, 'the replay actor') if self.running else self.replay_state
+        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
+                    target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(), replay=replay,
+                    agent=self.agent.state_dict(), frames=self.episodes.frames, returns=list(self.episodes.returns),
+                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version, torch_rng=torch.get_rng_state())
 
-    def close(self):
-        "End the actors, and Ray if this run started it."
-        ray = require_ray()
-        for a in [*self.actors, self.replay]: ray.kill(a, no_restart=True)
-        if self.started_ray: ray.shutdown()
+    def load_state_dict(self, state:dict):
+        "Restore `state_dict()` of a run with the same config, before `start`; a `ValueError` (and no change) if it does not fit."
+        if self.running: raise ValueError("load a state before the run starts")
+        if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION or state.get('learner') != type(self).__name__:
+            raise ValueError(f"not a checkpoint of an ApexRun (version {CHECKPOINT_VERSION})")
+        missing = {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns', 'updates', 'actor_steps',
+                   'weights_version', 'torch_rng'} - set(state)
+        if missing: raise ValueError(f"checkpoint is missing {sorted(missing)}")
+        if state['config'] != self.config:
+            diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
+            raise ValueError(f"checkpoint config differs from this run's (checkpoint, run): {diff}")
+        if len(state['actor_steps']) != len(self.actor_steps): raise ValueError(f"checkpoint of {len(state['actor_steps'])} actors, not {len(self.actor_steps)}")
+        c = self.config
+        ReplayServer(c['max_sz'], c['bs'], c['alpha'], c['beta'], c['eps'], c['seed']).load_state_dict(state['replay'])   # checked by the buffer class itself
+        try:
+            self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
+            self.optimizer.load_state_dict(state['optimizer'])
+        except (RuntimeError, KeyError, ValueError) as e: raise ValueError(f"checkpoint networks do not fit: {e}") from e
+        self.replay_state, self.actor_steps, self.version = state['replay'], list(state['actor_steps']), state['weights_version']
+        self.agent.load_state_dict(state['agent'])
+        self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
+        self.target_update.steps = self.anneal.steps = state['updates']
+        if self.anneal.steps: self.replay.anneal_beta(min(1., self.anneal.steps / self.anneal.total_steps), self.anneal.final)
+        torch.set_rng_state(state['torch_rng'])
 
-# %% ../nbs/13_apex.ipynb #bf459976
-def train_apex(env_id:str='CartPole-v1', # a gymnasium env with a discrete action space
-               actors:int=2, # env-stepping Ray actors
-               steps:int=30_000, # env steps
-               seed:int=0, # seeds everything
-               out:str|None=None, # directory for checkpoint.pt (None: no checkpoint)
-               solved:float|None=None, # stop once the least exploring actor's mean return of 20 episodes reaches this
-               threads:int=1, # torch CPU threads of the learner; small networks train fastest on one
-               **options) -> str: # more `ApexRun` arguments
-    "Train with Ape-X on a local Ray; a summary line."
-    check_int('steps', steps); check_int('threads', threads)
-    torch.set_num_threads(threads)
-    run = ApexRun(env_id, actors, seed, **options)
-    greediest = actors - 1   # the actor with the smallest exploration rate
-    try:
-        for row in run.iterate(steps):
-            if not math.isfinite(row['loss']): raise ValueError(f"training stopped at step {row['frame']}: the loss is {row['loss']}")
-            if solved is not None and run.recent(20, greediest) >= solved: break
-        wrote = ''
-        if out is not None:
-            Path(out).mkdir(parents=True, exist_ok=True)
-            save_atomically(run.state_dict(), Path(out) / 'checkpoint.pt')
-            wrote = f"; wrote {Path(out) / 'checkpoint.pt'}"
-        return (f"{run.env_steps} steps, {run.updates} updates, {len(run.returns)} episodes, mean return of the last 20: {run.recent(20):.1f} "
-                f"(actor {greediest}, epsilon {run.epsilons[-1]:.2g}: {run.recent(20, greediest):.1f}); "
-                f"{actors} actor{'s' if actors > 1 else ''}, {sum(run.restarts)} restarts, weights version {run.version}{wrote}")
-    finally: run.close()
+class Batches:
+    "An iterable over `run.batches()`: the source of the run's DQN pipe."
+    def __init__(self, run:ApexRun): self.run = run
+    def __iter__(self): return self.run.batches()

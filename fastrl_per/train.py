@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_train.ipynb #2de80663
 from __future__ import annotations
-import copy, csv, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, warnings
+import contextlib, copy, csv, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, warnings
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
@@ -17,6 +17,7 @@ import fastrl_per
 from . import __version__
 from .learner import Learner
 from .recurrent_learner import RecurrentLearner
+from .apex import ApexRun, require_ray
 from .atari import is_atari, register_atari, make_env, atari_defaults
 from .checks import check_int, check_number, save_atomically, write_atomically
 
@@ -28,7 +29,7 @@ __all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_N
            'manifest_differences', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes',
            'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'RunInterrupted', 'StopSignals',
            'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best',
-           'load_best', 'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'train_on_ray', 'train',
+           'load_best', 'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'apex_class', 'train',
            'check_video_extra', 'evaluate']
 
 # %% ../nbs/07_train.ipynb #de10509c
@@ -231,7 +232,7 @@ def learner_classes() -> dict:
 
 def restore_learner(state:dict) -> Learner:
     "The learner a checkpoint was written by, with its state restored."
-    classes = {cls.__name__: cls for cls in learner_classes().values()}
+    classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
     if state.get('learner') not in classes: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
     try: learner = classes[state['learner']](**state['config'])
@@ -240,12 +241,12 @@ def restore_learner(state:dict) -> Learner:
     return learner
 
 def new_learner(model:str, **config) -> Learner:
-    "A fresh learner of kind `model` built with `config`; a `ValueError` naming an argument it does not take."
+    "A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); a `ValueError` naming an argument it does not take."
     if model not in learner_classes(): raise ValueError(f"model must be one of {sorted(learner_classes())}, got {model!r}")
-    cls = learner_classes()[model]
+    cls, kind = (apex_class(model), '--actors') if config.get('actors') else (learner_classes()[model], f'--model {model}')
     params = inspect.signature(cls).parameters
     foreign = [flag(k) for k in config if k not in params]
-    if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to --model {model}")
+    if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to {kind}")
     env_id = config.get('env_id', params['env_id'].default)
     check_env_dependencies(env_id)
     return cls(**env_defaults(env_id, config, params), **config)
@@ -416,18 +417,12 @@ def metrics_row(row:dict, update:int, ended, evaluated) -> list:
     return [row['frame'], update, f"{row['loss']:.6g}", f"{row['epsilon']:.4g}", f"{row['beta']:.4g}", ended,
             evaluated if evaluated == '' else f"{evaluated:.6g}"]
 
-def train_on_ray(actors:int, out, resume, solved, threads:int, options:dict) -> str:
-    "Ape-X with `actors` Ray actors (`fastrl_per.apex`) into a new run directory: its checkpoint; no metrics, evaluation or resume yet."
-    if resume is not None: raise ValueError("--actors cannot resume a run yet; start a new run")
-    from .apex import ApexRun, train_apex
-    config = learner_config(options)
-    taken = set(inspect.signature(ApexRun.__init__).parameters) | {'total_steps'}
-    untaken = sorted(flag(k) for k in config if k not in taken)
-    if untaken: raise ValueError(f"--actors does not take {', '.join(untaken)} yet")
-    env, steps, seed = config.pop('env_id', 'CartPole-v1'), config.pop('total_steps', 30_000), config.pop('seed', 0)
-    run_dir = check_new_run_dir(out or 'runs/apex')
-    try: return train_apex(env, actors, steps, seed, out=str(run_dir), solved=solved_threshold(env, solved), threads=threads, **config)
+def apex_class(model:str) -> type:
+    "`ApexRun`, what `--actors` trains (an mlp Q-network); a `ValueError` naming the extra to install if Ray is missing."
+    if model != 'mlp': raise ValueError(f"--actors trains the mlp Q-network (Ape-X), not --model {model}")
+    try: require_ray()
     except ImportError as e: raise ValueError(str(e)) from None
+    return ApexRun
 
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
@@ -446,10 +441,11 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     torch.set_num_threads(threads)
-    if check_int('actors', actors, low=0): return train_on_ray(actors, out, resume, solved, threads, options)
+    config = learner_config(options)
+    if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
-    learner, run_dir, previous, updates, notes = open_run(out, resume, model, learner_config(options), check)
+    learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
     if hasattr(learner, 'replay_nbytes'):
@@ -465,7 +461,8 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     next_eval = (saved // eval_every + 1) * eval_every if eval_every else math.inf
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
-    with StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
+    workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ape-X: Ray and its actors run within, started before StopSignals takes the signals
+    with workers, StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
         writer, rows, board = csv.writer(f), learner.iterate(total - learner.episodes.frames), RunBoard(run_dir, log_every, saved)
         try:
             while stop.signum is None:
@@ -498,6 +495,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if bar:
         bar.update(learner.episodes.frames)
         sys.stdout.write('\n')  # end the bar's line
+    if isinstance(learner, ApexRun): notes.append(learner.describe(resumed=resume is not None))
     save_run(run_dir, learner, manifest, updates, ended=stop.signum is None)
     plot_metrics(run_dir)
     share_mode(run_dir)

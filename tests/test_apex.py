@@ -1,11 +1,17 @@
 "Ape-X: the replay server and actor in one process, and one bounded run on a local Ray with an actor killed mid-run."
+import csv
+import json
+import signal
+import subprocess
+
 import numpy as np
 import pytest
 import torch
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import QNetwork
-from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get, train_apex
+from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get
+from test_cli import COMMAND, interrupt   # the single-process run's SIGINT test: start a long run, signal it once it has checkpointed
 
 
 def nstep_batch(n=40, seed=0):
@@ -67,7 +73,7 @@ def test_ray_run_survives_a_killed_actor():
     "Two actors on a local Ray, a few hundred steps; actor 0 is killed mid-run: training goes on, the buffer's count only grows, the actor comes back."
     ray = pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
     torch.set_num_threads(1)
-    run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=30, num_cpus=2)
+    run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=30, num_cpus=2).start()
     try:
         before = ray_get(run.actors[0].collect.remote(None, 0, 1), 30, 'actor 0')['pid']
         rows, counts, killed_at = [], [], None
@@ -78,7 +84,7 @@ def test_ray_run_survives_a_killed_actor():
                 ray.kill(run.actors[0], no_restart=False)
                 killed_at = row['update']
         assert killed_at is not None and rows[-1]['update'] > killed_at + 50   # updates went on after the kill
-        assert run.env_steps >= 400 and counts == sorted(counts) and run.stats()['n_added'] >= counts[-1]
+        assert run.episodes.frames >= 400 and counts == sorted(counts) and run.stats()['n_added'] >= counts[-1]
         assert rows[-1]['version'] > 1 and all(np.isfinite(r['loss']) for r in rows)
         after = ray_get(run.actors[0].collect.remote(None, 0, 1), 60, 'actor 0 after its restart')['pid']
         assert after != before
@@ -94,4 +100,70 @@ def test_without_ray_the_error_names_the_extra(monkeypatch):
         if name == 'ray': raise ImportError("No module named 'ray'")
         return real_import(name, *args, **kwargs)
     monkeypatch.setattr(builtins, '__import__', no_ray)
-    with pytest.raises(ImportError, match=r"fastrl_per\[ray\]"): train_apex(steps=10)
+    with pytest.raises(ImportError, match=r"fastrl_per\[ray\]"): ApexRun().start()
+
+
+# `fastrl_per train --actors N`: a run directory like any other
+
+
+
+def command(*args, timeout=240):
+    return subprocess.run([*COMMAND, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_actors_refuse_what_apex_does_not_take(tmp_path):
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    from fastrl_per.train import train
+    with pytest.raises(ValueError, match='--dueling does not apply to --actors'): train(actors=1, dueling=True, out=tmp_path / 'a')
+    with pytest.raises(ValueError, match=r'--actors trains the mlp Q-network \(Ape-X\), not --model recurrent'):
+        train(actors=1, model='recurrent', out=tmp_path / 'a')
+    assert not (tmp_path / 'a').exists()
+
+
+def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
+    "Two actors until the run has checkpointed past 100 steps, then SIGINT: exit 130 with a checkpoint holding the replay; --resume continues it; evaluate reads it."
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    out = tmp_path / 'run'
+    code, _, stderr = interrupt(out, signal.SIGINT, '--actors', '2', '--eval-every', '200', '--eval-episodes', '1')
+    assert code == 130 and 'stopped by SIGINT' in stderr and 'Traceback' not in stderr, stderr
+    state = torch.load(out / 'checkpoint.pt', weights_only=True)
+    manifest = json.loads((out / 'run.json').read_text())
+    assert state['learner'] == manifest['learner'] == 'ApexRun' and state['config']['actors'] == 2
+    assert manifest['env_steps'] == state['frames'] >= 100 and sum(state['actor_steps']) == state['frames']
+    assert state['replay']['n_added'] >= state['frames']   # calls in flight may have pushed more
+    assert state['weights_version'] == 1 + state['updates'] // 50   # published at the start and every 50 updates
+    assert all((out / name).exists() for name in ('metrics.csv', 'plot.png', 'best.pt', 'tb'))
+    frames = state['frames']
+    done = command('train', '--resume', out, '--steps', frames + 200, '--no-progress')
+    assert done.returncode == 0, done.stderr
+    assert "the actors' envs started afresh" in done.stdout and f'{frames + 200}' in done.stdout
+    resumed = torch.load(out / 'checkpoint.pt', weights_only=True)
+    assert resumed['frames'] >= frames + 200 and resumed['replay']['n_added'] > state['replay']['n_added'] and resumed['updates'] > state['updates']
+    with open(out / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
+    assert [int(r['update']) for r in rows] == list(range(1, len(rows) + 1))
+    assert [int(r['frame']) for r in rows] == sorted(int(r['frame']) for r in rows)
+    assert len(json.loads((out / 'run.json').read_text())['legs']) == 2
+    evaluated = command('evaluate', out, '--episodes', 2)
+    assert evaluated.returncode == 0 and 'mean return over 2 greedy episodes' in evaluated.stdout, evaluated.stderr
+
+
+def test_one_actor_runs_the_learners_algorithm():
+    "With one actor, Ape-X is the single-process Learner (3-step returns, Ape-X's default) made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    from fastrl_per.learner import Learner
+    torch.set_num_threads(1)
+    steps = 1_500
+    learner = Learner('CartPole-v1', seed=0, total_steps=steps, n_step=3)
+    run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
+    assert all(torch.equal(a, b) for a, b in zip(learner.model.state_dict().values(), run.model.state_dict().values()))
+    single = learner.fit(steps)
+    with run: apex = run.fit(steps)
+    assert not run.running
+    # what asynchrony changes: the actor steps ahead of the learner (a few calls of 50), so Ape-X makes somewhat fewer updates in the same steps
+    assert 0.75 * len(single) <= len(apex) <= len(single)
+    schedule = lambda frame: 1 - 0.99 * min(1., frame / 5_000)       # the Learner's 1 -> 0.01 decay over 5,000 env steps
+    for rows in (single, apex): assert abs(rows[-1]['epsilon'] - schedule(rows[-1]['frame'])) <= 0.99 * 100 / 5_000   # within two calls of 50 steps
+    assert abs(apex[-1]['beta'] - single[-1]['beta']) < 0.1          # both anneal over the planned updates
+    median = lambda rows: np.median([r['loss'] for r in rows])
+    for rows in (single, apex): assert median(rows[-300:]) < median(rows[:50]) / 10   # both learn: the loss falls tenfold
+    assert 1 / 10 < median(apex[-300:]) / median(single[-300:]) < 10, (median(apex[-300:]), median(single[-300:]))   # to the same order

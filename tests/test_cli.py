@@ -232,9 +232,3 @@ def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
     done = run('evaluate', run_dir, '--episodes', 1, check=0)
     assert f'fastrl_per: warning: the run was written with torch 0.0.1, this is {torch.__version__}' in done.stderr
     assert 'fastrl_per: warning: the run was written at git revision 0000' in done.stderr
-
-
-def test_actors_refuses_what_apex_does_not_take_yet(tmp_path):
-    assert_one_line_error(run('train', '--actors', 1, '--n-step', 3, '--out', tmp_path / 'a'), '--actors does not take --n-step yet')
-    assert_one_line_error(run('train', '--actors', 1, '--resume', tmp_path / 'a'), '--actors cannot resume a run yet')
-    assert not (tmp_path / 'a').exists()
