@@ -16,6 +16,7 @@ from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, W
                             TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
+from .schedules import AnnealLR
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'Learner']
@@ -31,6 +32,7 @@ class Learner:
                  bs:int=64, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
+                 lr_end:float|None=None, # learning rate at the end of total_steps, reached linearly from lr (None: lr throughout)
                  gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
@@ -68,6 +70,7 @@ class Learner:
         rounds = (total_steps - self.replay.warmup) // train_every + 1   # updates start once `warmup` steps are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
+        if lr_end is not None: self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
 
     def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu'):
         "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
