@@ -46,6 +46,7 @@ def run(args):
         if row['frame'] >= next_eval or last:
             score, next_eval = evaluate_greedily(learner, EVAL_EPISODES, EVAL_SEED), (row['frame'] // EVAL_EVERY + 1) * EVAL_EVERY
             if score >= best_score: best_score, best_model = score, copy.deepcopy(learner.model.state_dict())
+            print(f"seed {seed} {replay}: step {row['frame']:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
         if last: break
     cpu = time.process_time() - start
     final = dict(last=float(np.mean(greedy_returns(learner.agent, env, FINAL_EPISODES, FINAL_SEED))))
