@@ -32,7 +32,7 @@ class Learner:
                  bs:int=64, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
-                 lr_end:float|None=None, # learning rate at the end of total_steps, reached linearly from lr (None: lr throughout)
+                 lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
                  gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
