@@ -23,6 +23,7 @@ from .memory import step_columns, packed_dtype
 from .atari import is_atari, SignRewards
 from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from .conv import NatureQNetwork
+from .schedules import AnnealLR
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'physical_memory', 'Learner']
@@ -42,6 +43,7 @@ class Learner:
                  bs:int=64, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
+                 lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
                  gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
@@ -89,6 +91,7 @@ class Learner:
         rounds = (total_steps - self.replay.warmup) // train_every + 1   # updates start once `warmup` steps are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
+        if lr_end is not None: self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
