@@ -128,6 +128,9 @@ class StepBudget:
     "Items a `Budgeted` stage may still pass on; whoever holds it grants more."
     def __init__(self): self.left = 0
     def grant(self, n:int): self.left = check_int('steps', n)
+    def stop(self):
+        "Grant nothing more: a `Budgeted` stream ends after the item in progress, between env steps."
+        self.left = 0
     def spend(self) -> bool:
         "Take one item from the budget; False once it is spent."
         if self.left < 1: return False
