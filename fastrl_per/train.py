@@ -379,11 +379,18 @@ def replay_scalars(buffer) -> dict:
 
 class RunBoard:
     "TensorBoard scalars of a run in `run_dir/tb`, against env steps: returns as they come, training and replay scalars every `every` env steps."
-    def __init__(self, run_dir:Path, every:int, start:int=0): # start: the env step a resumed run continues from
+    def __init__(self, run_dir:Path, every:int, start:int=0, # start: the env step a resumed run continues from
+                 pending:dict|None=None): # what `pending()` gave at the checkpoint a resumed run continues from
         from torch.utils.tensorboard import SummaryWriter
         check_int('every', every)
         self.writer = SummaryWriter(str(Path(run_dir) / 'tb'), purge_step=start + 1 if start else None)
-        self.every, self.last, self.rows = every, start, []
+        pending = pending or dict(last=start, rows=[])
+        self.every, self.last = every, pending['last']
+        self.rows = [dict(loss=loss) if weight is None else dict(loss=loss, weight=weight) for loss, weight in pending['rows']]
+
+    def pending(self) -> dict:
+        "The step of the last point and `[loss, weight]` of the rows the next one averages, as JSON: a board resumed from them writes the same points."
+        return dict(last=self.last, rows=[[r['loss'], r.get('weight')] for r in self.rows])
 
     def add(self, tag:str, value:float, frame:int): self.writer.add_scalar(tag, value, frame)
 
@@ -460,7 +467,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
     with StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
-        writer, board, ending, finished = csv.writer(f), RunBoard(run_dir, log_every, saved), False, False
+        writer, board, ending, finished = csv.writer(f), RunBoard(run_dir, log_every, saved, manifest.get('tb_pending')), False, False
         try:
             while not ending and stop.signum is None and learner.episodes.frames < total:
                 # a leg of the stream per checkpoint: it ends between env steps, where a checkpoint resumes exactly
@@ -492,12 +499,14 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                         ending = True
                 if not ending and learner.episodes.frames < total:
                     f.flush()
+                    manifest['tb_pending'] = board.pending()
                     save_run(run_dir, learner, manifest, updates)
                     saved = learner.episodes.frames
         finally: board.close()
     if bar:
         bar.update(learner.episodes.frames)
         sys.stdout.write('\n')  # end the bar's line
+    manifest['tb_pending'] = board.pending()
     save_run(run_dir, learner, manifest, updates, ended=stop.signum is None)
     plot_metrics(run_dir)
     share_mode(run_dir)

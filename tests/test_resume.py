@@ -3,6 +3,7 @@ import io, math
 import pytest
 import torch
 from fastrl_per.learner import Learner
+from test_learner import one_thread   # the module trains on one torch thread  # noqa: F401
 
 def roundtrip(state):
     "`state` through a file, read back as a checkpoint is: `weights_only=True`."
@@ -35,29 +36,29 @@ def interrupted_and_whole(steps=1_000, **kwargs):
     whole_rows = whole.fit(steps)
     return rows, rows_after, resumed, whole_rows, whole
 
-@pytest.mark.parametrize('kwargs', [dict(), dict(n_step=3, envs=2), dict(replay='uniform', train_every=2, gradient_steps=2)],
-                         ids=['per', 'nstep3-envs2', 'uniform-every2'])
-def test_fit_500_resumed_to_1000_equals_fit_1000(kwargs):
-    rows, rows_after, resumed, whole_rows, whole = interrupted_and_whole(1_000, seed=0, **kwargs)
-    assert len(rows) > 100 and len(rows_after) > 100
+@pytest.mark.parametrize('steps, kwargs', [(1_000, dict()), (400, dict(n_step=3, envs=2)), (400, dict(replay='uniform', train_every=2, gradient_steps=2))],
+                         ids=['per-500+500', 'nstep3-envs2-200+200', 'uniform-every2-200+200'])
+def test_fit_resumed_halfway_equals_one_fit(steps, kwargs):
+    rows, rows_after, resumed, whole_rows, whole = interrupted_and_whole(steps, seed=0, **kwargs)
+    assert len(rows) > 50 and len(rows_after) > 50
     assert_same(rows + rows_after, whole_rows, 'rows')
     assert_same(resumed.state_dict(), whole.state_dict())   # networks, optimiser, buffer, RNGs, envs, counters
     assert resumed.state_dict()['fresh_episodes'] is None
 
 def test_resume_crosses_an_episode_in_progress():
     "The checkpoint falls inside an episode, which the resumed learner finishes with the same return."
-    first = Learner(total_steps=1_000, seed=0)
-    first.fit(500)
-    run = first.stepper.envs.get()[0]
+    first = Learner(total_steps=400, seed=0)
+    first.fit(200)
+    run, ended = first.stepper.envs.get()[0], len(first.episodes.returns)
     assert run.step_n[0] > 0 and not run.resetting[0], "the checkpoint should fall inside an episode"
-    resumed = Learner(total_steps=1_000, seed=0)
+    resumed = Learner(total_steps=400, seed=0)
     resumed.load_state_dict(roundtrip(first.state_dict()))
-    first.fit(300); resumed.fit(300)
-    assert resumed.episodes.returns == first.episodes.returns and len(first.episodes.returns) > len(roundtrip(first.state_dict())['returns']) - 100
+    first.fit(200); resumed.fit(200)
+    assert len(first.episodes.returns) > ended and resumed.episodes.returns == first.episodes.returns
 
 def test_a_rejected_checkpoint_leaves_the_learner_unchanged():
     learner = Learner(total_steps=1_000, seed=0, n_step=3)
-    learner.fit(300)
+    learner.fit(100)
     before = learner.state_dict()
     good = roundtrip(before)
     env0 = good['envs']['runs'][0]['envs'][0]
@@ -90,7 +91,8 @@ import gymnasium as gym
 from fastrl_per.train import train
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
-RUN_FLAGS = ['--steps', '1200', '--checkpoint-every', '50', '--eval-every', '400', '--eval-episodes', '2', '--solved', '0', '--no-progress']
+LOOP_FLAGS = ['--checkpoint-every', '50', '--eval-every', '200', '--eval-episodes', '2', '--solved', '0', '--no-progress']   # not in the checkpoint: a resumed run is given them again
+RUN_FLAGS = ['--steps', '600', *LOOP_FLAGS]
 
 def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     stopped, whole = tmp_path / 'stopped', tmp_path / 'whole'
@@ -105,8 +107,8 @@ def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
     frames = torch.load(stopped / 'checkpoint.pt', weights_only=True)['frames']
-    assert 100 <= frames < 1200, frames
-    resumed = subprocess.run([*COMMAND, 'train', '--resume', str(stopped), '--no-progress'], capture_output=True, text=True, timeout=600)
+    assert 100 <= frames < 600, frames
+    resumed = subprocess.run([*COMMAND, 'train', '--resume', str(stopped), *LOOP_FLAGS], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert f'resumed at step {frames}: the envs continued their episodes exactly' in resumed.stdout
     done = subprocess.run([*COMMAND, 'train', '--out', str(whole), *RUN_FLAGS], capture_output=True, text=True, timeout=600)
@@ -114,6 +116,13 @@ def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     assert (stopped / 'metrics.csv').read_text() == (whole / 'metrics.csv').read_text()
     assert_same(torch.load(stopped / 'checkpoint.pt', weights_only=True), torch.load(whole / 'checkpoint.pt', weights_only=True))
     assert_same(torch.load(stopped / 'best.pt', weights_only=True), torch.load(whole / 'best.pt', weights_only=True))
+    assert_same(scalars(stopped), scalars(whole), 'TensorBoard')
+
+def scalars(run_dir) -> dict:
+    "Tag → [(step, value)] of the TensorBoard scalars in `run_dir/tb`."
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run_dir / 'tb')); events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
 
 
 def make_transformed_cartpole(**kwargs):
@@ -136,3 +145,23 @@ def test_envs_that_cannot_be_saved_resume_with_fresh_episodes(tmp_path):
     resumed.load_state_dict(state)
     fresh = gym.make('CartPoleTransformed-v0').reset(seed=0 + 100)[0]
     assert resumed.stepper.envs.get()[0].obs[0].tolist() == fresh.tolist()   # fresh episodes, seeded from seed + frames
+
+
+def test_atari_envs_continue_exactly_through_the_emulator_state():
+    "ale-py's `cloneState(include_rng=True)`, serialised, restores an Atari episode in progress (bare, and behind the DQN preprocessing)."
+    ale_py = pytest.importorskip('ale_py')
+    gym.register_envs(ale_py)
+    from fastrl_per.envs import EnvRun, env_state, check_env_state, set_env_state
+    from fastrl_per.atari import make_atari_env
+    run = EnvRun('ALE/Pong-v5', 1, seed=0)
+    for _ in range(40): run.step()
+    state = roundtrip(run.state_dict())
+    assert state['unsaved'] is None
+    resumed = EnvRun('ALE/Pong-v5', 1, seed=5)
+    resumed.load_state_dict(state)
+    assert [resumed.step() for _ in range(60)] == [run.step() for _ in range(60)]
+    env, copy = make_atari_env('ALE/Pong-v5'), make_atari_env('ALE/Pong-v5')
+    env.reset(seed=0); copy.reset(seed=3)
+    for a in range(10): env.step(a % 6)
+    set_env_state(copy, check_env_state(copy, roundtrip(env_state(env))))
+    for a in range(50): assert (env.step(a % 6)[0] == copy.step(a % 6)[0]).all()
