@@ -136,11 +136,11 @@ def test_envs_that_cannot_be_saved_resume_with_fresh_episodes(tmp_path):
     learner = Learner('CartPoleTransformed-v0', total_steps=300, seed=0)
     learner.fit(100)
     state = roundtrip(learner.state_dict())
-    assert state['envs'] is None and 'TransformObservation.func is a function' in state['fresh_episodes']
+    assert state['envs'] is None and "TransformObservation._saved_kwargs['func'] is a function" in state['fresh_episodes']
     out = tmp_path / 'run'
     train(out=str(out), env='CartPoleTransformed-v0', steps=150, eval_every=0, progress=False)
     summary = train(resume=str(out), steps=300, progress=False)
-    assert 'resumed at step 150: the envs started fresh episodes' in summary and 'TransformObservation.func is a function' in summary
+    assert 'resumed at step 150: the envs started fresh episodes' in summary and "TransformObservation._saved_kwargs['func'] is a function" in summary
     resumed = Learner('CartPoleTransformed-v0', total_steps=300, seed=0)
     resumed.load_state_dict(state)
     fresh = gym.make('CartPoleTransformed-v0').reset(seed=0 + 100)[0]
