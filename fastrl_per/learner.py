@@ -19,7 +19,7 @@ from .checks import check_int, check_number
 from .nstep import NStepTransitions
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'STATE_KEYS', 'Learner']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'Learner']
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
 class Learner:
@@ -110,24 +110,19 @@ CHECKPOINT_VERSION = 2
 Learner.nstep = None  # the n-step stage, for learners that have one
 
 @patch
-def fresh_episodes(self:Learner) -> str|None:
-    "Why a resumed learner would start fresh episodes instead of continuing its envs; None when it continues them exactly."
-    if not isinstance(self.replay, ExperienceReplay): return f"a {type(self).__name__} does not save its partial episodes"
-    return self.stepper.state_dict()['unsaved']
-
-@patch
 def state_dict(self:Learner) -> dict:
-    "Everything needed to continue training exactly, as plain data (see `fresh_episodes` for when the envs restart instead)."
-    why = self.fresh_episodes()
+    "Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would restart instead, None when they continue."
+    envs = self.stepper.state_dict() if isinstance(self.replay, ExperienceReplay) else None
+    why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
     return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
                 target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(),
                 replay=self.replay.state_dict(), agent=self.agent.state_dict(), frames=self.episodes.frames,
                 returns=list(self.episodes.returns), updates=self.target_update.steps, torch_rng=torch.get_rng_state(),
                 replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
                 nstep=None if self.nstep is None else self.nstep.state_dict(),
-                envs=None if why else self.stepper.state_dict(), fresh_episodes=why)
+                envs=None if why else envs, fresh_episodes=why)
 
-STATE_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns',
+CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns',
               'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes'}
 
 @patch
@@ -137,7 +132,7 @@ def check_state(self:Learner, state:dict):
         old = f" (it has version {state.get('version')!r}; start a new run)" if isinstance(state, dict) and 'version' in state else ''
         raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
     if state.get('learner') != type(self).__name__: raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
-    if set(state) != STATE_KEYS: raise ValueError(f"checkpoint keys differ: missing {sorted(STATE_KEYS - set(state))}, unknown {sorted(set(state) - STATE_KEYS)}")
+    if set(state) != CHECKPOINT_KEYS: raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
     if state['config'] != self.config:
         diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
         raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
