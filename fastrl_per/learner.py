@@ -162,7 +162,7 @@ def load_state_dict(self:Learner, state:dict):
     "Restore a learner built with the same config: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
     self.check_state(state)
     self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
-    self.optimizer.load_state_dict(state['optimizer'])
+    self.optimizer.load_state_dict(deepcopy(state['optimizer']))   # torch keeps the given tensors: a copy, so two learners never share Adam's moments
     self.replay.load_state_dict(state['replay'])
     self.agent.load_state_dict(state['agent'])
     self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
