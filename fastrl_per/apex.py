@@ -292,6 +292,10 @@ class ApexRun:
 
     def fit(self, steps:int) -> list[dict]: return list(self.iterate(steps))
 
+    def stop(self):
+        "End the run at the env steps already collected: no new actor calls; the update in progress finishes."
+        self.goal = self.episodes.frames
+
     def recent(self, n:int=20) -> float: return self.episodes.recent(n)
 
     def describe(self, resumed:bool=False) -> str:

@@ -4,10 +4,15 @@
 
 # %% ../nbs/02_envs.ipynb #bb09d129
 from __future__ import annotations
+import json
+from collections import deque
+from enum import Enum
 from itertools import cycle
+from fastcore.basics import patch
 import numpy as np
 import torch
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import batch_space
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
@@ -15,9 +20,12 @@ from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
 from .checks import check_int
 from .atari import is_atari, register_atari, make_env
+from .memory import rng_of_state
 
 # %% auto #0
-__all__ = ['check_env_id', 'EnvRun', 'EnvRuns', 'GymStepper', 'StepBudget', 'Budgeted', 'GymTransformBlock']
+__all__ = ['check_env_id', 'EnvRun', 'EnvRuns', 'GymStepper', 'StepBudget', 'Budgeted', 'EnvStateError', 'env_layers', 'is_fixed',
+           'state_attributes', 'encode_value', 'decode_value', 'env_state', 'check_env_state', 'set_env_state',
+           'GymTransformBlock']
 
 # %% ../nbs/02_envs.ipynb #d05f63f9
 def check_env_id(env_id):
@@ -31,6 +39,7 @@ class EnvRun:
     "`nenvs` copies of one env stepped together with next-step autoreset, and the episode bookkeeping of each."
     def __init__(self, env_id:str, nenvs:int, seed:int|None, first_env_id:int=0):
         check_env_id(env_id)
+        self.env_id = env_id
         self.envs = [make_env(env_id) for _ in range(nenvs)]  # Atari ids get the standard preprocessing
         self.obs_dtype = self.envs[0].observation_space.dtype
         self.action_space = batch_space(self.envs[0].action_space, nenvs)  # a vector env's action space
@@ -121,6 +130,9 @@ class StepBudget:
     "Items a `Budgeted` stage may still pass on; whoever holds it grants more."
     def __init__(self): self.left = 0
     def grant(self, n:int): self.left = check_int('steps', n)
+    def stop(self):
+        "Grant nothing more: a `Budgeted` stream ends after the item in progress, between env steps."
+        self.left = 0
     def spend(self) -> bool:
         "Take one item from the budget; False once it is spent."
         if self.left < 1: return False
@@ -136,6 +148,149 @@ class Budgeted(IterDataPipe):
             item = next(it, StopIteration)
             if item is StopIteration: return  # a finite source ran out first
             yield item
+
+# %% ../nbs/02_envs.ipynb #1f14b8bd
+class EnvStateError(ValueError):
+    "An env holds state that cannot be saved as plain data (a physics engine's world, a window, a function, ...)."
+
+def env_layers(env) -> list:
+    "`env`, then each env it wraps, down to the unwrapped env."
+    layers = [env]
+    while isinstance(layers[-1], gym.Wrapper): layers.append(layers[-1].env)
+    return layers
+
+def is_fixed(value) -> bool:
+    "Whether `value` is fixed when an env is made: a space, the spec, enum constants (ale-py's action set)."
+    if isinstance(value, (list, tuple)) and value: return all(isinstance(v, Enum) for v in value)
+    return isinstance(value, (gym.Space, EnvSpec, Enum))
+
+def state_attributes(layer) -> list[str]:
+    "The attributes a layer's state is read from: all but the env it wraps and those `is_fixed`."
+    return sorted(k for k, v in vars(layer).items() if k != 'env' and not is_fixed(v))
+
+def encode_value(value, where:str):
+    "`value` as plain data that `torch.load(weights_only=True)` reads back; an `EnvStateError` naming `where` if it has no such form."
+    if value is None or isinstance(value, (bool, int, float, str, bytes)): return value
+    if isinstance(value, np.random.Generator): return ('rng', json.dumps(value.bit_generator.state))
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype != object:
+        try: return ('ndarray' if isinstance(value, np.ndarray) else 'scalar', torch.from_numpy(np.array(value)))
+        except TypeError: pass   # a dtype torch has no tensor for
+    if isinstance(value, list): return [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)]
+    if isinstance(value, tuple): return ('tuple', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)])
+    if isinstance(value, deque): return ('deque', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)], value.maxlen)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value): return {k: encode_value(v, f'{where}[{k!r}]') for k, v in value.items()}
+    if type(value).__name__ == 'ALEInterface': return ('ale', value.cloneState(include_rng=True).serialize())
+    raise EnvStateError(f"{where} is a {type(value).__name__}, which cannot be saved as plain data")
+
+def decode_value(value, where:str):
+    "The value `encode_value` gave `value` for; a `ValueError` naming `where` if it is not such a form."
+    if value is None or isinstance(value, (bool, int, float, str, bytes)): return value
+    if isinstance(value, list): return [decode_value(v, f'{where}[{i}]') for i, v in enumerate(value)]
+    if isinstance(value, dict): return {k: decode_value(v, f'{where}[{k!r}]') for k, v in value.items()}
+    tag = value[0] if isinstance(value, tuple) and value else None
+    if tag in ('ndarray', 'scalar') and len(value) == 2 and isinstance(value[1], torch.Tensor):
+        array = value[1].numpy().copy()
+        return array if tag == 'ndarray' else array[()]
+    if tag in ('tuple', 'deque') and len(value) == (2 if tag == 'tuple' else 3) and isinstance(value[1], list):
+        items = [decode_value(v, f'{where}[{i}]') for i, v in enumerate(value[1])]
+        return tuple(items) if tag == 'tuple' else deque(items, maxlen=value[2])
+    if tag == 'rng' and len(value) == 2:
+        try: return rng_of_state(value[1])
+        except ValueError as e: raise ValueError(f"{where}: {e}") from None
+    if tag == 'ale' and len(value) == 2 and isinstance(value[1], bytes):
+        from ale_py import ALEState
+        return ALEState(value[1])
+    raise ValueError(f"{where} holds {type(value).__name__} {value!r:.80}, not a saved env value")
+
+def env_state(env) -> list:
+    "Each layer of `env`, outermost first, as `(class name, {attribute: plain data})`; an `EnvStateError` if one holds state that is not plain data."
+    return [(type(layer).__name__, {k: encode_value(vars(layer)[k], f'{type(layer).__name__}.{k}') for k in state_attributes(layer)})
+            for layer in env_layers(env)]
+
+def check_env_state(env, state, where:str='env') -> list[dict]:
+    "The decoded attributes of each layer of `env` from `state` (an `env_state`); a `ValueError` naming what does not fit, and nothing changed."
+    layers = env_layers(env)
+    names = [type(layer).__name__ for layer in layers]
+    if not isinstance(state, (list, tuple)) or [s[0] if isinstance(s, tuple) and len(s) == 2 else s for s in state] != names:
+        raise ValueError(f"{where}: the saved state is not of the layers {names}")
+    decoded = []
+    for layer, (name, attrs) in zip(layers, state):
+        if not isinstance(attrs, dict) or sorted(attrs) != state_attributes(layer):
+            raise ValueError(f"{where}: {name} saved attributes {sorted(attrs) if isinstance(attrs, dict) else attrs!r}, this env has {state_attributes(layer)}")
+        decoded.append({k: decode_value(v, f'{where} {name}.{k}') for k, v in attrs.items()})
+    return decoded
+
+def set_env_state(env, decoded:list[dict]):
+    "Give each layer of `env` the attributes `check_env_state` decoded; an emulator restores its saved state."
+    for layer, attrs in zip(env_layers(env), decoded):
+        for k, v in attrs.items():
+            if type(vars(layer)[k]).__name__ == 'ALEInterface': vars(layer)[k].restoreState(v)
+            else: vars(layer)[k] = v
+
+# %% ../nbs/02_envs.ipynb #93f3b44c
+@patch
+def state_dict(self:EnvRun) -> dict:
+    "The run as plain data: observations, counters, the action RNG and each copy's `env_state` (`envs=None` and `unsaved` saying why if one cannot be saved)."
+    try: envs, unsaved = [env_state(env) for env in self.envs], None
+    except EnvStateError as e: envs, unsaved = None, f"{self.env_id}: {e}"
+    return dict(env_id=self.env_id, obs=torch.from_numpy(self.obs.copy()), total_reward=torch.from_numpy(self.total_reward.copy()),
+                step_n=torch.from_numpy(self.step_n.copy()), episode_n=torch.from_numpy(self.episode_n.copy()),
+                resetting=torch.from_numpy(self.resetting.copy()), action_rng=json.dumps(self.action_space.np_random.bit_generator.state),
+                envs=envs, unsaved=unsaved)
+
+@patch
+def check_state(self:EnvRun, state:dict) -> dict:
+    "The arrays, action RNG and decoded env states of `state` for this run; a `ValueError` naming what does not fit."
+    keys = {'env_id', 'obs', 'total_reward', 'step_n', 'episode_n', 'resetting', 'action_rng', 'envs', 'unsaved'}
+    if not isinstance(state, dict) or set(state) != keys: raise ValueError(f"an env run's state is a dict with keys {sorted(keys)}")
+    if state['env_id'] != self.env_id: raise ValueError(f"the saved run steps {state['env_id']!r}, this one {self.env_id!r}")
+    if state['envs'] is None: raise ValueError(f"the saved run holds no env state: {state['unsaved']}")
+    n, out = len(self.envs), {}
+    for name, current in (('obs', self.obs), ('total_reward', self.total_reward), ('step_n', self.step_n),
+                          ('episode_n', self.episode_n), ('resetting', self.resetting)):
+        value = state[name]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != current.shape or value.numpy().dtype != current.dtype:
+            raise ValueError(f"saved {name} must be a {current.dtype} tensor of shape {current.shape}, got {value!r:.80}")
+        out[name] = value.numpy().copy()
+    try: out['action_rng'] = rng_of_state(state['action_rng']).bit_generator.state
+    except ValueError as e: raise ValueError(f"saved action_rng: {e}") from None
+    if not isinstance(state['envs'], list) or len(state['envs']) != n: raise ValueError(f"saved envs must be a list of {n} env states")
+    out['envs'] = [check_env_state(env, s, f"{self.env_id} copy {i}") for i, (env, s) in enumerate(zip(self.envs, state['envs']))]
+    return out
+
+@patch
+def assign(self:EnvRun, checked:dict):
+    "Take over a state `check_state` returned."
+    for env, decoded in zip(self.envs, checked['envs']): set_env_state(env, decoded)
+    self.action_space.np_random.bit_generator.state = checked['action_rng']
+    for name in ('obs', 'total_reward', 'step_n', 'episode_n', 'resetting'): setattr(self, name, checked[name].copy())
+
+@patch
+def load_state_dict(self:EnvRun, state:dict):
+    "Continue from `state_dict()`: the episodes in progress go on exactly. Checked first: a `ValueError` changes nothing."
+    self.assign(self.check_state(state))
+
+# %% ../nbs/02_envs.ipynb #e0241a2a
+@patch
+def state_dict(self:GymStepper) -> dict:
+    "Every env run's `state_dict` and the stepper's seed; `unsaved` says why, if a run's envs cannot be saved."
+    runs = [run.state_dict() for run in self.envs.get()]
+    return dict(seed=self.envs.seed, runs=runs, unsaved=next((r['unsaved'] for r in runs if r['unsaved']), None))
+
+@patch
+def check_state(self:GymStepper, state:dict) -> list[dict]:
+    "What each run's `check_state` returns for `state`; a `ValueError` naming what does not fit."
+    if not isinstance(state, dict) or set(state) != {'seed', 'runs', 'unsaved'}: raise ValueError("a stepper's state is a dict with keys ['runs', 'seed', 'unsaved']")
+    if state['seed'] is not None: check_int('saved seed', state['seed'], low=0)
+    runs = self.envs.get()
+    if not isinstance(state['runs'], list) or len(state['runs']) != len(runs): raise ValueError(f"a stepper's state holds {len(runs)} runs")
+    return [run.check_state(s) for run, s in zip(runs, state['runs'])]
+
+@patch
+def load_state_dict(self:GymStepper, state:dict):
+    "Continue every run from `state_dict()`; checked first, so a `ValueError` changes nothing."
+    for run, checked in zip(self.envs.get(), self.check_state(state)): run.assign(checked)
+    self.envs.seed = state['seed']
 
 # %% ../nbs/02_envs.ipynb #ffd8b9ab
 class GymTransformBlock:

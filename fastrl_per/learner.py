@@ -8,6 +8,7 @@ import os
 from copy import deepcopy
 import numpy as np
 from fastcore.basics import patch
+import numpy as np
 import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .pipes import UnbatchSteps
@@ -26,7 +27,7 @@ from .conv import NatureQNetwork
 from .schedules import AnnealLR
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'physical_memory', 'Learner']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'Learner']
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
 def physical_memory() -> int:
@@ -80,7 +81,7 @@ class Learner:
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
-        if n_step > 1: steps = NStepTransitions(steps, n_step, gamma)
+        if n_step > 1: steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)   # open windows carry over between fits
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
             buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed) if frames else None
@@ -136,36 +137,75 @@ class Learner:
         "Train for `steps` env steps; the metrics rows of every update."
         return list(self.iterate(steps))
 
+    def stop(self):
+        "End the stream after the env step in progress (its rows are those of an uninterrupted run)."
+        self.budget.stop()
+
 # %% ../nbs/06_learner.ipynb #79781261
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+Learner.nstep = None  # the n-step stage, for learners that have one
 
 @patch
 def state_dict(self:Learner) -> dict:
+    "Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would restart instead, None when they continue."
+    envs = self.stepper.state_dict() if isinstance(self.replay, ExperienceReplay) else None
+    why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
     return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
                 target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(),
                 replay=self.replay.state_dict(), agent=self.agent.state_dict(), frames=self.episodes.frames,
-                returns=list(self.episodes.returns), updates=self.target_update.steps,
-                torch_rng=torch.get_rng_state())
+                returns=list(self.episodes.returns), updates=self.target_update.steps, torch_rng=torch.get_rng_state(),
+                replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
+                nstep=None if self.nstep is None else self.nstep.state_dict(),
+                envs=None if why else envs, fresh_episodes=why)
+
+CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns',
+              'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes'}
 
 @patch
-def load_state_dict(self:Learner, state:dict):
-    "Restore a learner built with the same config; a `ValueError` if the state does not fit."
+def check_state(self:Learner, state:dict):
+    "Raise a `ValueError` naming the problem unless `state` loads into this learner; checks all that `load_state_dict` assigns."
     if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION:
-        raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}")
+        old = f" (it has version {state.get('version')!r}; start a new run)" if isinstance(state, dict) and 'version' in state else ''
+        raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
     if state.get('learner') != type(self).__name__: raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
-    missing = {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns', 'updates', 'torch_rng'} - set(state)
-    if missing: raise ValueError(f"checkpoint is missing {sorted(missing)}")
+    if set(state) != CHECKPOINT_KEYS: raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
     if state['config'] != self.config:
         diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
         raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-    try:
-        self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
-        self.optimizer.load_state_dict(state['optimizer'])
-    except (RuntimeError, KeyError, ValueError) as e: raise ValueError(f"checkpoint networks do not fit: {e}") from e
+    model, target, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
+    try: model.load_state_dict(state['model']); target.load_state_dict(state['target_model']); optimizer.load_state_dict(state['optimizer'])
+    except (RuntimeError, KeyError, ValueError, TypeError) as e: raise ValueError(f"checkpoint networks do not fit: {e}") from e
+    (self.replay.buffer if isinstance(self.replay, ExperienceReplay) else self.replay).check_state(state['replay'])
+    agent = state['agent']
+    if not isinstance(agent, dict) or set(agent) != {'steps', 'rng'}: raise ValueError("checkpoint agent state must be a dict with keys ['rng', 'steps']")
+    check_int('checkpoint agent steps', agent['steps'], low=0)
+    try: np.random.default_rng().bit_generator.state = agent['rng']
+    except (TypeError, ValueError, KeyError) as e: raise ValueError(f"checkpoint agent rng is not a generator state: {e}") from e
+    for name in ('frames', 'updates'): check_int(f'checkpoint {name}', state[name], low=0)
+    if not isinstance(state['returns'], list) or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns']):
+        raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
+    rng = state['torch_rng']
+    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+        raise ValueError(f"checkpoint torch_rng must be a uint8 tensor of shape {tuple(torch.get_rng_state().shape)}")
+    if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
+    if (state['nstep'] is None) != (self.nstep is None): raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
+    if self.nstep is not None: self.nstep.check_state(state['nstep'])
+    if (state['envs'] is None) != bool(state['fresh_episodes']): raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
+    if state['envs'] is not None: self.stepper.check_state(state['envs'])
+
+@patch
+def load_state_dict(self:Learner, state:dict):
+    "Restore a learner built with the same config: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
+    self.check_state(state)
+    self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
+    self.optimizer.load_state_dict(deepcopy(state['optimizer']))   # torch keeps the given tensors: a copy, so two learners never share Adam's moments
     self.replay.load_state_dict(state['replay'])
     self.agent.load_state_dict(state['agent'])
     self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
     self.target_update.steps = state['updates']
     if self.anneal is not None: self.anneal.steps = state['updates']
-    self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
+    if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
+    if self.nstep is not None: self.nstep.load_state_dict(state['nstep'])
+    if state['envs'] is None: self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
+    else: self.stepper.load_state_dict(state['envs'])
     torch.set_rng_state(state['torch_rng'])

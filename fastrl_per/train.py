@@ -268,7 +268,10 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
         check_int('total_steps', total)
         state = dict(state, config=dict(old, total_steps=total))
         notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: beta's annealing to 1 is re-planned over {total} steps")
-    return restore_learner(state), state, notes
+    learner, why = restore_learner(state), state.get('fresh_episodes')
+    notes.append(f"resumed at step {state['frames']}: " + ("the envs continued their episodes exactly" if why is None else
+                 f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
+    return learner, state, notes
 
 # %% ../nbs/07_train.ipynb #574d5afb
 class RunInterrupted(Exception):
@@ -383,11 +386,18 @@ def replay_scalars(buffer) -> dict:
 
 class RunBoard:
     "TensorBoard scalars of a run in `run_dir/tb`, against env steps: returns as they come, training and replay scalars every `every` env steps."
-    def __init__(self, run_dir:Path, every:int, start:int=0): # start: the env step a resumed run continues from
+    def __init__(self, run_dir:Path, every:int, start:int=0, # start: the env step a resumed run continues from
+                 pending:dict|None=None): # what `pending()` gave at the checkpoint a resumed run continues from
         from torch.utils.tensorboard import SummaryWriter
         check_int('every', every)
         self.writer = SummaryWriter(str(Path(run_dir) / 'tb'), purge_step=start + 1 if start else None)
-        self.every, self.last, self.rows = every, start, []
+        pending = pending or dict(last=start, rows=[])
+        self.every, self.last = every, pending['last']
+        self.rows = [dict(loss=loss) if weight is None else dict(loss=loss, weight=weight) for loss, weight in pending['rows']]
+
+    def pending(self) -> dict:
+        "The step of the last point and `[loss, weight]` of the rows the next one averages, as JSON: a board resumed from them writes the same points."
+        return dict(last=self.last, rows=[[r['loss'], r.get('weight')] for r in self.rows])
 
     def add(self, tag:str, value:float, frame:int): self.writer.add_scalar(tag, value, frame)
 
@@ -463,39 +473,47 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
     workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ape-X: Ray and its actors run within, started before StopSignals takes the signals
     with workers, StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
-        writer, rows, board = csv.writer(f), learner.iterate(total - learner.episodes.frames), RunBoard(run_dir, log_every, saved)
+        writer, board, ending, finished = csv.writer(f), RunBoard(run_dir, log_every, saved, manifest.get('tb_pending')), False, False
         try:
-            while stop.signum is None:
-                try: row = next(rows, None)
-                except ValueError as e: raise failed(learner.episodes.frames, e) from e
-                if row is None: break
-                if not math.isfinite(row['loss']): raise failed(row['frame'], f"the loss is {row['loss']}")
-                updates, returns = updates + 1, learner.episodes.returns
-                for frame, ret in returns[n_returns:]: board.add('return/episode', ret, frame)
-                last = row['frame'] >= total or bool(threshold and len(returns) >= 20 and learner.episodes.recent(20) >= threshold)
-                score = ''
-                if eval_every and (row['frame'] >= next_eval or last):
-                    score, next_eval = evaluate_greedily(learner, eval_episodes, eval_seed), (row['frame'] // eval_every + 1) * eval_every
-                    board.add('return/eval', score, row['frame'])
-                    if score >= best_score:
-                        save_best(run_dir, learner, row['frame'], updates, score, eval_episodes, eval_seed)
-                        best_score, best = score, dict(frame=row['frame'], eval_return=score)
-                writer.writerow(metrics_row(row, updates, returns[-1][1] if len(returns) > n_returns else '', score))
-                board.update(row, updates, learner.replay)
-                n_returns = len(returns)
-                if bar and row['frame'] - shown >= 250:
-                    bar.comment = f"return (mean of 20) {learner.episodes.recent(20):.1f}"
-                    bar.update(shown := row['frame'])
-                if row['frame'] - saved >= checkpoint_every:
+            while not ending and stop.signum is None and learner.episodes.frames < total:
+                # a leg of the stream per checkpoint: it ends between env steps, where a checkpoint resumes exactly
+                rows = learner.iterate(min(checkpoint_every, total - learner.episodes.frames))
+                while True:
+                    try: row = next(rows, None)
+                    except ValueError as e: raise failed(learner.episodes.frames, e) from e
+                    if row is None: break
+                    if not math.isfinite(row['loss']): raise failed(row['frame'], f"the loss is {row['loss']}")
+                    updates, returns = updates + 1, learner.episodes.returns
+                    for frame, ret in returns[n_returns:]: board.add('return/episode', ret, frame)
+                    last = not finished and (row['frame'] >= total or bool(threshold and len(returns) >= 20 and learner.episodes.recent(20) >= threshold))
+                    finished = finished or last
+                    score = ''
+                    if eval_every and (row['frame'] >= next_eval or last):
+                        score, next_eval = evaluate_greedily(learner, eval_episodes, eval_seed), (row['frame'] // eval_every + 1) * eval_every
+                        board.add('return/eval', score, row['frame'])
+                        if score >= best_score:
+                            save_best(run_dir, learner, row['frame'], updates, score, eval_episodes, eval_seed)
+                            best_score, best = score, dict(frame=row['frame'], eval_return=score)
+                    writer.writerow(metrics_row(row, updates, returns[-1][1] if len(returns) > n_returns else '', score))
+                    board.update(row, updates, learner.replay)
+                    n_returns = len(returns)
+                    if bar and row['frame'] - shown >= 250:
+                        bar.comment = f"return (mean of 20) {learner.episodes.recent(20):.1f}"
+                        bar.update(shown := row['frame'])
+                    if (last or stop.signum is not None) and not ending:
+                        learner.stop()   # finish the env step in progress (its rows are the uninterrupted run's), then stop
+                        ending = True
+                if not ending and learner.episodes.frames < total:
                     f.flush()
+                    manifest['tb_pending'] = board.pending()
                     save_run(run_dir, learner, manifest, updates)
-                    saved = row['frame']
-                if last: break
+                    saved = learner.episodes.frames
         finally: board.close()
     if bar:
         bar.update(learner.episodes.frames)
         sys.stdout.write('\n')  # end the bar's line
     if isinstance(learner, ApexRun): notes.append(learner.describe(resumed=resume is not None))
+    manifest['tb_pending'] = board.pending()
     save_run(run_dir, learner, manifest, updates, ended=stop.signum is None)
     plot_metrics(run_dir)
     share_mode(run_dir)
