@@ -15,13 +15,15 @@ from .memory import step_columns, packed_dtype, RingStorage, ReplayBuffer
 from .per import PrioritizedReplayBuffer
 
 # %% auto #0
-__all__ = ['IMAGE_FIELDS', 'SAVED', 'check_stacks', 'FrameStorage', 'FrameReplayBuffer', 'PrioritizedFrameReplayBuffer']
+__all__ = ['IMAGE_FIELDS', 'ROW_LINKS', 'RINGS', 'SAVED', 'check_stacks', 'FrameStorage', 'FrameReplayBuffer',
+           'PrioritizedFrameReplayBuffer']
 
 # %% ../nbs/03c_frames.ipynb #5cc82e27
 IMAGE_FIELDS = ('state', 'next_state')
+ROW_LINKS = ('newest', 'state_end', 'oldest', 'stamp')  # per row: the newest frame of next_state and of state, the oldest frame, frames written by then
 
 def check_stacks(columns:dict, stack_shape:tuple|None=None):
-    "Raise a `ValueError` unless `state` and `next_state` are uint8 frame stacks (of `stack_shape`), each next one shifted by a frame."
+    "Raise a `ValueError` unless `state` and `next_state` are uint8 frame stacks (of `stack_shape`), each next one shifted by its `n_steps` frames."
     state, nxt = columns['state'], columns['next_state']
     for name, a in zip(IMAGE_FIELDS, (state, nxt)):
         if a.dtype != np.uint8: raise ValueError(f"{name} must hold uint8 frames, got dtype {a.dtype}")
@@ -29,9 +31,12 @@ def check_stacks(columns:dict, stack_shape:tuple|None=None):
         if stack_shape is not None and a.shape[1:] != stack_shape:
             raise ValueError(f"{name} has shape {tuple(a.shape[1:])} per step, the storage holds stacks of {stack_shape}")
     if state.shape != nxt.shape: raise ValueError(f"state {tuple(state.shape[1:])} and next_state {tuple(nxt.shape[1:])} differ in shape")
-    shifted = (state[:, 1:] == nxt[:, :-1]).reshape(len(state), -1).all(1)
-    if not shifted.all():
-        raise ValueError(f"step {int(np.flatnonzero(~shifted)[0])}: next_state must be state shifted by one frame, the new frame last")
+    shifts = columns['n_steps'].reshape(len(state)) if 'n_steps' in columns else np.ones(len(state), np.int64)
+    for k in np.unique(shifts[shifts < state.shape[1]]):
+        rows = np.flatnonzero(shifts == k)
+        shifted = (state[rows, k:] == nxt[rows, :-k]).reshape(len(rows), -1).all(1)
+        if not shifted.all():
+            raise ValueError(f"step {int(rows[~shifted][0])}: next_state must be state shifted by its n_steps ({k}) frames, the new frames last")
 
 # %% ../nbs/03c_frames.ipynb #ef927835
 class FrameStorage:
@@ -42,8 +47,8 @@ class FrameStorage:
         check_int('max_sz', max_sz)
         if frame_slots is not None: check_int('frame_slots', frame_slots)
         self.max_sz, self.frame_slots = max_sz, frame_slots
-        self.n_added = self.n_frames = self.reach = 0  # reach: the most frames any row's chain spans, newest to oldest
-        self.rows = self.newest = self.oldest = self.frames = self.prev = self.stack_shape = None
+        self.n_added = self.n_frames = self.reach = 0  # reach: the most frames between a row's stamp and its oldest frame
+        self.rows = self.newest = self.state_end = self.oldest = self.stamp = self.frames = self.prev = self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
 
     sz, idx, cycle = RingStorage.sz, RingStorage.idx, RingStorage.cycle  # the trackers, from `n_added` and `max_sz`
@@ -61,8 +66,8 @@ class FrameStorage:
         small = {n: a for n, a in columns.items() if n not in IMAGE_FIELDS}
         stack_shape = columns['state'].shape[1:]
         slots = self.slots_for(stack_shape[0])
-        return dict(rows=((self.max_sz,), packed_dtype(small)), newest=((self.max_sz,), np.int64), oldest=((self.max_sz,), np.int64),
-                    frames=((slots, *stack_shape[1:]), np.uint8), prev=((slots,), np.int64))
+        per_row = {n: ((self.max_sz,), np.int64) for n in ROW_LINKS}
+        return dict(rows=((self.max_sz,), packed_dtype(small)), **per_row, frames=((slots, *stack_shape[1:]), np.uint8), prev=((slots,), np.int64))
 
     def nbytes_for(self, columns:dict) -> int:
         "Bytes the rings take once steps shaped like `columns` are written."
@@ -107,21 +112,51 @@ def chain(self:FrameStorage, g:int, n:int) -> np.ndarray|None:
     return np.array(out) if out[-1] >= self.first_frame else None
 
 @patch
-def _add(self:FrameStorage, env:int, state:np.ndarray, new:np.ndarray, ended:bool) -> tuple[int, int]:
-    "Store what one transition of sub-env `env` needs; return the global numbers of its newest and oldest frames."
-    last, stack = self.ends.get(env), len(state)
-    chain = None if last is None or last[1] else self.chain(last[0], stack)
-    survives = chain is not None and chain[-1] > self.n_frames - self.frame_slots  # its oldest frame outlives the new one
-    if survives and np.array_equal(self.frames[chain[::-1] % self.frame_slots], state):
-        before, oldest = int(chain[0]), int(chain[-1])   # continues its episode's stored frames
-    else:                                                # a new episode (or its frames are gone): state's frames, leading repeats once
-        same = (state == state[0]).reshape(stack, -1).all(1)
-        run = stack if same.all() else int(np.argmin(same))
-        before = oldest = self._put(state[run - 1], None)
-        for frame in state[run:]: before = self._put(frame, before)
-    newest = self._put(new, before)
-    self.reach, self.ends[env] = max(self.reach, newest - oldest), (newest, ended)
-    return newest, oldest
+def _holds(self:FrameStorage, g:int|None, stack:np.ndarray, puts:int) -> bool:
+    "Whether the chain ending at frame `g` holds the frames of `stack` (oldest first) and outlives `puts` more frames."
+    if g is None or len(stack) == 0: return g is not None
+    chain = self.chain(g, len(stack))
+    return (chain is not None and chain[-1] >= self.n_frames + puts - self.frame_slots
+            and np.array_equal(self.frames[chain[::-1] % self.frame_slots], stack))
+
+@patch
+def _put_stack(self:FrameStorage, stack:np.ndarray) -> int:
+    "Store the frames of `stack` as a new chain, its leading repeats of the first frame once; return its newest frame."
+    same = (stack == stack[0]).reshape(len(stack), -1).all(1)
+    run = len(stack) if same.all() else int(np.argmin(same))
+    before = self._put(stack[run - 1], None)
+    for frame in stack[run:]: before = self._put(frame, before)
+    return before
+
+@patch
+def _back(self:FrameStorage, g:int, k:int) -> int|None:
+    "The frame `k` links back from frame `g` (a chain's first frame is its own predecessor); None if that runs into overwritten frames."
+    chain = self.chain(g, k + 1)
+    return None if chain is None or len(chain) <= k else int(chain[k])
+
+@patch
+def _add(self:FrameStorage, env:int, state:np.ndarray, nxt:np.ndarray, k:int, ended:bool) -> tuple[int, int, int]:
+    "Store what one transition of sub-env `env` (`k` steps from `state` to `nxt`) needs; return the newest frames of `nxt` and `state`, and its oldest frame."
+    stack, last = len(state), self.ends.get(env)
+    g = None if last is None else last[0]
+    if self._holds(g, nxt, 0): new = 0                                            # the env's last next state again (an n-step episode end)
+    elif not (last is None or last[1]) and self._holds(g, nxt[:-1], 1): new = 1  # the env's chain and one new frame
+    else: new = None                                                             # a new chain
+    end = None
+    if new is not None:
+        start = self._back(g, k - new)  # the state ends k frames before the next state's newest
+        if self._holds(start, state, new): end = start
+        elif not self._holds(g, nxt[:stack - new], new + stack): new = None     # storing the state afresh would overwrite the chain
+    newest = None if new is None else self._put(nxt[-1], g) if new else g
+    if end is None: end = self._put_stack(state)
+    if newest is None and k < stack and np.array_equal(nxt[:-k], state[k:]):  # a new chain: the next state's new frames follow the state's
+        newest = end
+        for frame in nxt[-k:]: newest = self._put(frame, newest)
+    elif newest is None: newest = self._put_stack(nxt)
+    chains = [self.chain(f, stack) for f in (newest, end)]   # None: a ring under 2 × stack frames overwrote a fresh row's own frames
+    oldest = -1 if chains[0] is None or chains[1] is None else min(int(chains[0][-1]), int(chains[1][-1]))
+    self.reach, self.ends[env] = max(self.reach, self.n_frames - oldest), (newest, ended)
+    return newest, end, oldest
 
 # %% ../nbs/03c_frames.ipynb #be29dfa7
 @patch
@@ -131,12 +166,14 @@ def write(self:FrameStorage, columns:dict) -> np.ndarray:
     if k == 0: return np.zeros(0, np.int64)
     if self.rows is None: self._allocate(columns)
     ended = columns['terminated'] | columns['truncated']
-    links = np.array([self._add(int(e), s, n[-1], bool(d)) for e, s, n, d in
-                      zip(columns['env_id'].reshape(k), columns['state'], columns['next_state'], ended)]).reshape(k, 2)
+    links = np.empty((k, 4), np.int64)
+    for i, (e, s, n, shift, done) in enumerate(zip(columns['env_id'].reshape(k), columns['state'], columns['next_state'],
+                                                   columns['n_steps'].reshape(k), ended.reshape(k))):
+        links[i, :3], links[i, 3] = self._add(int(e), s, n, int(shift), bool(done)), self.n_frames
     slots = (self.n_added + np.arange(k)) % self.max_sz
     keep = slice(max(0, k - self.max_sz), None)  # a batch longer than the ring leaves its last max_sz rows
     for n in self.rows.dtype.names: self.rows[n][slots[keep]] = columns[n][keep]
-    self.newest[slots[keep]], self.oldest[slots[keep]] = links[keep, 0], links[keep, 1]
+    for j, n in enumerate(ROW_LINKS): getattr(self, n)[slots[keep]] = links[keep, j]
     self.n_added += k
     return slots[keep]
 
@@ -160,7 +197,7 @@ def invalid_slots(self:FrameStorage) -> np.ndarray:
     "The sorted slots of stored transitions that lost a frame to the frame ring (never to be sampled)."
     if self.rows is None or self.first_frame == 0: return np.zeros(0, np.int64)
     start, limit = (self.n_added - self.sz) % self.max_sz, self.first_frame + self.reach
-    older, newer = self.newest[start:self.sz], self.newest[:start]  # each sorted; together in write order
+    older, newer = self.stamp[start:self.sz], self.stamp[:start]  # each sorted; together in write order
     n = int(np.searchsorted(older, limit))
     if n == len(older): n += int(np.searchsorted(newer, limit))
     candidates = (start + np.arange(n)) % self.max_sz
@@ -185,22 +222,23 @@ def gather(self:FrameStorage, idxs) -> SimpleStep:
     ok = self.valid(idxs)
     if not ok.all(): raise ValueError(f"slot {int(idxs[~ok][0])} cannot be gathered: it is empty or its frames were overwritten")
     stack = self.stack_shape[0]
-    chains = np.empty((len(idxs), stack + 1), np.int64)
-    chains[:, -1] = self.newest[idxs]
-    for j in range(stack, 0, -1): chains[:, j - 1] = self.prev[chains[:, j] % self.frame_slots]
+    chains = np.empty((len(idxs), 2 * stack), np.int64)  # the state's frames, then the next state's, oldest first
+    chains[:, stack - 1], chains[:, -1] = self.state_end[idxs], self.newest[idxs]
+    for j in range(stack - 1, 0, -1): chains[:, [j - 1, stack + j - 1]] = self.prev[chains[:, [j, stack + j]] % self.frame_slots]
     block, rows = torch.from_numpy(np.take(self.frames, chains % self.frame_slots, axis=0)), self.rows[idxs]  # take: faster than [] here
     fields = {n: torch.from_numpy(rows[n]) for n in rows.dtype.names}
-    return SimpleStep.from_fields(dict(fields, state=block[:, :-1], next_state=block[:, 1:]))
+    return SimpleStep.from_fields(dict(fields, state=block[:, :stack], next_state=block[:, stack:]))
 
 # %% ../nbs/03c_frames.ipynb #d26cdaf3
-SAVED = ('rows', 'newest', 'oldest', 'frames', 'prev', 'stack', 'n_frames', 'reach', 'ends')
+RINGS = (*ROW_LINKS, 'frames', 'prev')
+SAVED = ('rows', *RINGS, 'stack', 'n_frames', 'reach', 'ends')
 
 @patch
 def state(self:FrameStorage) -> dict|None:
     "A copy of the rings and counters as tensors and ints, or None before the first write."
     if self.rows is None: return None
     ends = torch.tensor([[e, g, d] for e, (g, d) in self.ends.items()], dtype=torch.int64).reshape(-1, 3)
-    arrays = {n: torch.from_numpy(getattr(self, n).copy()) for n in ('newest', 'oldest', 'frames', 'prev')}
+    arrays = {n: torch.from_numpy(getattr(self, n).copy()) for n in RINGS}
     return dict(arrays, rows={n: torch.from_numpy(self.rows[n].copy()) for n in self.rows.dtype.names},
                 stack=self.stack_shape[0], n_frames=self.n_frames, reach=self.reach, ends=ends)
 
@@ -216,8 +254,8 @@ def check_saved(self:FrameStorage, n_added:int, columns:dict|None):
     check_int('stack', columns['stack']); check_int('n_frames', columns['n_frames'])
     slots = self.slots_for(columns['stack'])
     if columns['stack'] >= slots: raise ValueError(f"state has stacks of {columns['stack']} frames, more than frame_slots {slots} allows")
-    lengths = dict(newest=self.max_sz, oldest=self.max_sz, frames=slots, prev=slots, **dict.fromkeys(columns['rows'], self.max_sz))
-    for n, c in {**columns['rows'], **{n: columns[n] for n in ('newest', 'oldest', 'frames', 'prev')}}.items():
+    lengths = dict(frames=slots, prev=slots, **dict.fromkeys([*ROW_LINKS, *columns['rows']], self.max_sz))
+    for n, c in {**columns['rows'], **{n: columns[n] for n in RINGS}}.items():
         if len(c) != lengths[n]: raise ValueError(f"state array {n!r} has {len(c)} rows, this storage keeps {lengths[n]}")
     if columns['frames'].dtype != torch.uint8: raise ValueError(f"state frames are {columns['frames'].dtype}, not uint8")
     if columns['ends'].ndim != 2 or columns['ends'].shape[1] != 3: raise ValueError(f"state ends has shape {tuple(columns['ends'].shape)}, not (envs, 3)")
@@ -231,14 +269,14 @@ def load(self:FrameStorage, n_added:int, columns:dict|None):
     frames = columns['frames'].numpy()
     self._allocate(dict(rows, state=np.zeros((0, columns['stack'], *frames.shape[1:]), np.uint8)))
     for n, c in rows.items(): self.rows[n] = c
-    for n in ('newest', 'oldest', 'frames', 'prev'): getattr(self, n)[:] = columns[n].numpy()
+    for n in RINGS: getattr(self, n)[:] = columns[n].numpy()
     self.n_frames, self.reach = int(columns['n_frames']), int(columns['reach'])
     self.ends = {int(e): (int(g), bool(d)) for e, g, d in columns['ends'].tolist()}
 
 @patch
 def nbytes(self:FrameStorage) -> int:
     "Bytes held by the rings."
-    return 0 if self.rows is None else sum(a.nbytes for a in (self.rows, self.newest, self.oldest, self.frames, self.prev))
+    return 0 if self.rows is None else self.rows.nbytes + sum(getattr(self, n).nbytes for n in RINGS)
 
 # %% ../nbs/03c_frames.ipynb #f67720fd
 class FrameReplayBuffer(ReplayBuffer):

@@ -70,7 +70,6 @@ class Learner:
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs, n_actions = discrete_env_dims(env_id, images=True)
         frames = isinstance(obs, tuple)  # stacks of uint8 frames: a conv network, each frame stored once
-        if frames and n_step > 1: raise ValueError(f"n_step {n_step} is not supported for image observations ({env_id!r}) yet; use n_step=1")
         check_int('max_sz', max_sz); check_int('bs', bs)
         self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
         if self.replay_nbytes > physical_memory():

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from fastrl_per.core import SimpleStep, STEP_FIELDS
 from fastrl_per.frames import FrameStorage
 from fastrl_per.sumtree import SumTree
+from fastrl_per.nstep import NStepTransitions
 
 
 def env_stream(seed, nenvs, stack, n, p_end, alphabet, frame_shape=(1, 2)):
@@ -80,6 +81,34 @@ def test_every_sampleable_slot_rebuilds_the_stacks_the_envs_produced(max_sz, ext
         i += len(steps[i:i + size])
         np.testing.assert_array_equal(slots, np.arange(i - min(size, max_sz, len(slots)), i) % max_sz)
         assert_rebuilds(storage, steps[:i])
+
+
+def nstep_stream(steps, n_step):
+    "The n-step transitions `NStepTransitions` makes of one-step `steps` (dicts of arrays), as dicts of arrays."
+    out = NStepTransitions([SimpleStep(**s) for s in steps], n_step, gamma=0.9)
+    return [{n: getattr(t, n).numpy() for n in STEP_FIELDS} for t in out]
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(max_sz=st.integers(1, 30), extra=st.integers(0, 30), n_step=st.integers(2, 6), chunk_seed=st.integers(0, 2**32 - 1), **streams)
+def test_n_step_transitions_rebuild_the_stacks_the_envs_produced(max_sz, extra, n_step, chunk_seed, seed, nenvs, stack, n, p_end, alphabet):
+    "As above for n-step transitions: a state lies n_steps frames before its next state, several rows share an episode's last next state."
+    steps = nstep_stream(env_stream(seed, nenvs, stack, n, p_end, alphabet), n_step)
+    storage = FrameStorage(max_sz, frame_slots=2 * stack + extra)  # a row stored afresh may need two stacks
+    rng, i = np.random.default_rng(chunk_seed), 0
+    while i < len(steps):
+        size = int(rng.integers(1, 6))
+        write(storage, steps[i:i + size], single=rng.random() < .5)
+        i += len(steps[i:i + size])
+        assert_rebuilds(storage, steps[:i])
+
+
+def test_an_n_step_transition_costs_one_frame_plus_one_per_episode_start():
+    steps = nstep_stream(env_stream(seed=0, nenvs=3, stack=4, n=600, p_end=.02, alphabet=256, frame_shape=(8, 8)), n_step=3)
+    storage = FrameStorage(max_sz=1000)
+    for i in range(0, len(steps), 7): storage.write(columns(steps[i:i + 7]))
+    starts = sum(s['step_n'] == 1 for s in steps)
+    assert len(steps) == 600 and storage.n_frames == 600 + starts  # as for one-step transitions: an episode's end rows share its last frame
 
 
 @settings(max_examples=60, deadline=None, database=None)
@@ -171,7 +200,7 @@ good_steps = env_stream(1, 2, 4, 6, 0., 256, frame_shape=(6, 6))
     (bad(good_steps, state=lambda a: a[:, :, :5], next_state=lambda a: a[:, :, :5]), 'holds stacks of \\(4, 6, 6\\)'),
     (bad(good_steps, state=lambda a: a[:, :3], next_state=lambda a: a[:, :3]), 'holds stacks of \\(4, 6, 6\\)'),
     (bad(good_steps, state=lambda a: a[:, 0], next_state=lambda a: a[:, 0]), 'state has shape \\(6, 6\\) per step'),
-    (bad(good_steps, next_state=lambda a: a[::-1].copy()), 'next_state must be state shifted by one frame'),
+    (bad(good_steps, next_state=lambda a: a[::-1].copy()), 'next_state must be state shifted by its n_steps \\(1\\) frames'),
     (bad(good_steps, next_state=lambda a: a[:, :, :5]), 'next_state has shape \\(4, 5, 6\\)'),
     (bad(good_steps, reward=lambda a: a[:3]), 'different batch sizes'),
     (bad(good_steps, reward=lambda a: a.astype(np.float64)), "field 'reward'"),
