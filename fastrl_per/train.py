@@ -458,6 +458,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
+    if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar; the summary repeats it
     if hasattr(learner, 'replay_nbytes'):
         manifest['replay_bytes'] = learner.replay_nbytes
         if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, {learner.replay_nbytes / 1e9:.2f} GB once full\n")
