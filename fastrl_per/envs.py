@@ -179,7 +179,10 @@ def encode_value(value, where:str):
     if isinstance(value, tuple): return ('tuple', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)])
     if isinstance(value, deque): return ('deque', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)], value.maxlen)
     if isinstance(value, dict) and all(isinstance(k, str) for k in value): return {k: encode_value(v, f'{where}[{k!r}]') for k, v in value.items()}
-    if type(value).__name__ == 'ALEInterface': return ('ale', value.cloneState(include_rng=True).serialize())
+    if type(value).__name__ == 'ALEInterface':
+        if (p := value.getFloat('repeat_action_probability')) > 0:   # ale-py's saved state leaves out the action a sticky step repeats
+            raise EnvStateError(f"{where} repeats the last action with probability {p:g} (sticky actions), and ale-py's saved state leaves that action out")
+        return ('ale', value.cloneState(include_rng=True).serialize())
     raise EnvStateError(f"{where} is a {type(value).__name__}, which cannot be saved as plain data")
 
 def decode_value(value, where:str):
