@@ -88,7 +88,8 @@ class Learner:
         else:
             buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
             self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
-        rounds = (total_steps - self.replay.warmup) // train_every + 1   # updates start once `warmup` steps are stored
+        stored = total_steps - (n_step - 1) * envs   # an n-step window still open at the end has not been stored
+        rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
         if lr_end is not None: self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
@@ -204,7 +205,8 @@ def load_state_dict(self:Learner, state:dict):
     self.target_update.steps = state['updates']
     if self.anneal is not None: self.anneal.steps = state['updates']
     if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
-    if self.nstep is not None: self.nstep.load_state_dict(state['nstep'])
+    if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
+        self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None else dict(state['nstep'], windows={}))
     if state['envs'] is None: self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
     else: self.stepper.load_state_dict(state['envs'])
     torch.set_rng_state(state['torch_rng'])

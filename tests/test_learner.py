@@ -594,3 +594,9 @@ def test_device_is_checked_and_cpu_works():
     learner = Learner('CartPole-v1', seed=0, total_steps=200, device='cpu')
     assert learner.device == torch.device('cpu') and len(learner.fit(200)) > 0
     with pytest.raises(ValueError, match="'gpu0'"): Learner('CartPole-v1', device='gpu0')
+
+
+def test_beta_reaches_one_with_n_step_returns():
+    "The plan of updates counts the n-step windows still open at the end: beta reaches 1 at the last step."
+    rows = Learner('CartPole-v1', seed=0, total_steps=300, n_step=3).fit(300)
+    assert rows[-1]['beta'] == pytest.approx(1.0) and rows[-2]['beta'] < 1.0

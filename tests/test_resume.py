@@ -147,6 +147,15 @@ def test_envs_that_cannot_be_saved_resume_with_fresh_episodes(tmp_path):
     assert resumed.stepper.envs.get()[0].obs[0].tolist() == fresh.tolist()   # fresh episodes, seeded from seed + frames
 
 
+def test_fresh_episodes_drop_the_open_n_step_windows(tmp_path):
+    "The n-step windows open at the checkpoint belong to episodes a fresh start abandons: the resumed run drops them and goes on."
+    out = tmp_path / 'run'
+    train(out=str(out), env='CartPoleTransformed-v0', steps=150, n_step=3, eval_every=0, progress=False)
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['nstep']['windows']   # some were open
+    summary = train(resume=str(out), steps=300, progress=False)
+    assert 'resumed at step 150: the envs started fresh episodes' in summary and '300 steps' in summary
+
+
 def test_atari_envs_continue_exactly_through_the_emulator_state():
     "ale-py's `cloneState(include_rng=True)`, serialised, restores an Atari episode in progress behind the DQN preprocessing; with sticky actions (the v5 default) the action a sticky step repeats is not in that state, so those envs start fresh episodes."
     ale_py = pytest.importorskip('ale_py')
