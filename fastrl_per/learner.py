@@ -8,7 +8,6 @@ import os
 from copy import deepcopy
 import numpy as np
 from fastcore.basics import patch
-import numpy as np
 import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .pipes import UnbatchSteps

@@ -1,6 +1,16 @@
-"Helpers shared by the test files: comparing buffer states before and after a call that must change nothing."
+"Helpers shared by the test files: comparing buffer states before and after a call that must change nothing; training on one torch thread."
 import numpy as np
+import pytest
 import torch
+
+
+@pytest.fixture
+def one_thread():
+    "Torch on one thread, as `fastrl_per train` sets it: the machine is shared, and more threads than free cores makes training many times slower."
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def assert_state_equal(a, b):

@@ -123,15 +123,6 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     assert 'mean return over 1 greedy episode' in done.stdout and 'best.pt' in done.stdout
 
 
-@pytest.fixture
-def one_thread():
-    "Torch on one thread (fastest for these small batches, and the other tests' cores stay free), as `fastrl_per train` sets it."
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @needs_ale
 def test_rewards_are_clipped_for_training_only(one_thread):
     "Space Invaders scores 5 to 30 points an invader: the buffer trains on +1, the returns keep the score."

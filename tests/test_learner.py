@@ -28,13 +28,7 @@ from fastrl_per.pipes import find_upstream
 from fastrl_per.train import evaluate, greedy_returns, load_checkpoint, read_metrics, train
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    "The machine is shared: more torch threads than free cores makes training many times slower."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
 
 
 class Fixed(nn.Module):

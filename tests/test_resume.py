@@ -3,7 +3,8 @@ import io, math
 import pytest
 import torch
 from fastrl_per.learner import Learner
-from test_learner import one_thread   # the module trains on one torch thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
 
 def roundtrip(state):
     "`state` through a file, read back as a checkpoint is: `weights_only=True`."
@@ -85,7 +86,7 @@ def test_a_rejected_checkpoint_leaves_the_learner_unchanged():
 
 # the command: a real `fastrl_per train` stopped by SIGINT and resumed, against one never stopped
 
-import json, os, signal, subprocess, sys, time
+import json, signal, subprocess, sys, time
 from pathlib import Path
 import gymnasium as gym
 from fastrl_per.train import train
