@@ -36,6 +36,13 @@ def run(args):
     learner = Learner(env, replay=replay, seed=seed, total_steps=steps, **kwargs)
     start, solved_at, peak, losses = time.process_time(), None, -np.inf, []
     best_score, best_model, next_eval = -np.inf, None, EVAL_EVERY
+    evaluated_at = None
+    def evaluate(frame, recent):
+        nonlocal best_score, best_model, next_eval, evaluated_at
+        score, next_eval, evaluated_at = evaluate_greedily(learner, EVAL_EPISODES, EVAL_SEED), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
+        if score >= best_score: best_score, best_model = score, copy.deepcopy(learner.model.state_dict())
+        print(f"seed {seed} {replay}: step {frame:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
+    recent = -np.inf
     for row in learner.iterate(steps):
         losses = losses[-999:] + [row['loss']]
         n = len(learner.episodes.returns)
@@ -43,11 +50,9 @@ def run(args):
         peak = max(peak, recent)
         if solved_at is None and recent >= threshold: solved_at = row['frame']
         last = row['frame'] >= steps or (solved_at is not None and not full)
-        if row['frame'] >= next_eval or last:
-            score, next_eval = evaluate_greedily(learner, EVAL_EPISODES, EVAL_SEED), (row['frame'] // EVAL_EVERY + 1) * EVAL_EVERY
-            if score >= best_score: best_score, best_model = score, copy.deepcopy(learner.model.state_dict())
-            print(f"seed {seed} {replay}: step {row['frame']:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
+        if row['frame'] >= next_eval or last: evaluate(row['frame'], recent)
         if last: break
+    if evaluated_at != learner.episodes.frames: evaluate(learner.episodes.frames, recent)  # the budget ended between updates (n-step windows still open)
     cpu = time.process_time() - start
     final = dict(last=float(np.mean(greedy_returns(learner.agent, env, FINAL_EPISODES, FINAL_SEED))))
     learner.model.load_state_dict(best_model)
@@ -59,7 +64,8 @@ def run(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--env', default='CartPole-v1', help='a gymnasium env with discrete actions')
-    p.add_argument('--seeds', type=int, default=10, help='seeds per replay kind (0..seeds-1)')
+    p.add_argument('--seeds', type=int, default=10, help='seeds per replay kind (first-seed, first-seed + 1, ...)')
+    p.add_argument('--first-seed', type=int, default=0, help='the first seed (e.g. 10 for held-out seeds 10..19)')
     p.add_argument('--steps', '--budget', type=int, default=30_000, help='env-step budget per run')
     p.add_argument('--solved', type=float, default=None, help="mean of 20 training returns that counts as solved; default: the env's threshold")
     p.add_argument('--full', action='store_true', help='train the whole budget instead of stopping once solved')
@@ -72,7 +78,7 @@ def main():
     print(f"command: python {' '.join(sys.argv)}\n")
     threshold = gym.spec(args.env).reward_threshold if args.solved is None else args.solved
     kwargs = {k: ast.literal_eval(v) for k, v in (kv.split('=', 1) for kv in args.set)}
-    jobs = [(args.env, r, s, args.steps, threshold, args.full, kwargs) for s in range(args.seeds) for r in args.replay]
+    jobs = [(args.env, r, s, args.steps, threshold, args.full, kwargs) for s in range(args.first_seed, args.first_seed + args.seeds) for r in args.replay]
     results = []
     with Pool(args.jobs) as pool:
         for r in pool.imap_unordered(run, jobs):  # each run as it finishes, so a stopped run still reports
