@@ -1,9 +1,10 @@
 """Overhead of the `Learner` pipeline against a hand-written DQN loop doing the same work.
 
 Both sides: CartPole-v1 through `fastrl_per.envs.EnvRun` (next-step autoreset, reset rows
-dropped), epsilon-greedy with `fastrl_per.dqn.EpsilonGreedy`, the
-`fastrl_per.per.PrioritizedReplayBuffer` core, the same `QNetwork`, batch size, double-DQN
-target, importance-weighted smooth L1 loss, gradient-norm clipping at 10, fused Adam, one-call soft target update
+dropped), epsilon-greedy with `fastrl_per.dqn.EpsilonGreedy`, 3-step returns from
+`fastrl_per.nstep.NStepTransitions` (the loop hands it each env step), the
+`fastrl_per.per.PrioritizedReplayBuffer` core, the same `QNetwork` (LayerNorm in its hidden layers), batch size, double-DQN
+target with the n-step discount, importance-weighted smooth L1 loss, gradient-norm clipping at 10, fused Adam, one-call soft target update
 (`SoftUpdate`, parameter lists gathered once), gradients set to None directly, priority update and beta
 anneal, and one metrics row (with `loss.item()` and the mean weight) per update. With the same seed the two produce
 the same losses, which the script checks before timing: the work is identical, only the
@@ -32,13 +33,14 @@ import torch.nn.functional as F
 from fastrl_per.envs import EnvRun
 from fastrl_per.dqn import EpsilonGreedy, QNetwork, SoftUpdate, adam, discrete_env_dims
 from fastrl_per.learner import Learner
+from fastrl_per.nstep import NStepTransitions, nstep_discount
 from fastrl_per.per import PrioritizedReplayBuffer
 
 ENV = 'CartPole-v1'
 GOAL = 1.1
 # Learner's defaults, spelled out so the loop uses the very same numbers
-CONFIG = dict(bs=64, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.02,
-              eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, max_grad_norm=10.)
+CONFIG = dict(bs=128, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.005, n_step=3,
+              eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, layer_norm=True, max_grad_norm=10.)
 
 
 class HandLoop:
@@ -47,7 +49,7 @@ class HandLoop:
         c = self.c = CONFIG
         obs_dim, n_actions = discrete_env_dims(ENV)
         torch.manual_seed(seed)
-        self.model = QNetwork(obs_dim, n_actions, c['hidden'])
+        self.model = QNetwork(obs_dim, n_actions, c['hidden'], layer_norm=c['layer_norm'])
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt = adam(self.model, c['lr'])
         self.params, self.soft_update = list(self.model.parameters()), SoftUpdate(self.target, self.model, c['tau'])
@@ -55,7 +57,10 @@ class HandLoop:
         self.env = EnvRun(ENV, 1, seed)
         self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=c['alpha'], beta=c['beta'],
                                            eps=c['eps'], seed=seed)
+        self.new_steps = []   # the env step the n-step stage reads next; it keeps its open windows between reads
+        self.nstep = NStepTransitions(self.new_steps, c['n_step'], c['gamma'], keep_open=True)
         self.total_steps, self.frames, self.updates, self.returns = total_steps, 0, 0, []
+        self.planned = total_steps - (c['n_step'] - 1) - c['bs'] + 1   # updates in the run, as the Learner plans beta
 
     def fit(self, steps):
         rows, end = [], self.frames + steps
@@ -64,8 +69,10 @@ class HandLoop:
             if not len(step): continue  # an autoreset row: not a transition
             self.frames += 1
             if step.terminated[0] or step.truncated[0]: self.returns.append((self.frames, step.total_reward[0].item()))
-            self.buf.add(step)
-            if len(self.buf) >= self.c['bs']: rows.append(self.update())
+            self.new_steps[:] = [step[0]]
+            for transition in self.nstep:
+                self.buf.add(transition)
+                if len(self.buf) >= self.c['bs']: rows.append(self.update())
         return rows
 
     def update(self):
@@ -73,7 +80,7 @@ class HandLoop:
         b = self.buf.sample(c['bs'])
         with torch.no_grad():
             a_star = model(b.next_state).argmax(-1, keepdim=True)
-            y = b.reward + c['gamma'] * target(b.next_state).gather(-1, a_star).squeeze(-1) * (~b.terminated)
+            y = b.reward + nstep_discount(b, c['gamma']) * target(b.next_state).gather(-1, a_star).squeeze(-1) * (~b.terminated)
         q = model(b.state).gather(-1, b.action.long().unsqueeze(-1)).squeeze(-1)
         td = (y - q).detach()
         loss = (F.smooth_l1_loss(q, y, reduction='none') * b.weights).mean()
@@ -84,7 +91,7 @@ class HandLoop:
         self.updates += 1
         self.soft_update()
         self.buf.update_priorities(b.idxs, td.abs())
-        self.buf.anneal_beta(min(1., self.updates / max(1, self.total_steps - c['bs'] + 1)))
+        self.buf.anneal_beta(min(1., self.updates / max(1, self.planned)))
         return dict(loss=loss.item(), epsilon=self.agent.epsilon, beta=self.buf.beta,
                     weight=b.weights.mean().item(), frame=self.frames)
 
@@ -99,7 +106,7 @@ def timed_pair(seed, warmup, frames, block):
     the same load from whatever else runs on the machine."""
     learners = dict(pipeline=pipeline(seed, warmup + frames), loop=HandLoop(seed, warmup + frames))
     for l in learners.values(): l.fit(warmup)
-    spent = {k: [0., 0.] for k in learners}
+    spent, updates = {k: [0., 0.] for k in learners}, {k: 0 for k in learners}
     done, order = 0, ['pipeline', 'loop']
     while done < frames:
         n = min(block, frames - done)
@@ -108,9 +115,10 @@ def timed_pair(seed, warmup, frames, block):
             rows = learners[name].fit(n)
             spent[name][0] += time.perf_counter() - w
             spent[name][1] += time.process_time() - c
-            assert len(rows) == n
+            updates[name] += len(rows)
         done, order = done + n, order[::-1]
     assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
+    assert updates['pipeline'] == updates['loop'] > 0, updates   # the same updates for the same env steps
     return {k: (w * 10_000 / frames, c * 10_000 / frames) for k, (w, c) in spent.items()}
 
 
@@ -118,7 +126,7 @@ def check_same_work(seed, frames=400):
     "Same seed, same losses, betas, epsilons and episode returns: the two do the same computation."
     a, b = pipeline(seed, frames), HandLoop(seed, frames)
     ra, rb = a.fit(frames), b.fit(frames)
-    assert len(ra) == len(rb) == frames - CONFIG['bs'] + 1, (len(ra), len(rb))
+    assert len(ra) == len(rb) > 0, (len(ra), len(rb))
     for x, y in zip(ra, rb): assert x == y, (x, y)
     assert a.episodes.returns == b.returns
     return len(ra)
@@ -133,7 +141,7 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=0)
     args = p.parse_args(argv)
     if min(args.frames, args.repeats, args.block) < 1 or args.warmup < CONFIG['bs']:
-        p.error('need frames, repeats and block >= 1 and warmup >= 64')
+        p.error(f"need frames, repeats and block >= 1 and warmup >= {CONFIG['bs']}")
     torch.set_num_threads(1)
     print(f"command: `{shlex.join([sys.executable, *sys.argv])}`")
     print(f"torch {torch.__version__}, torch.set_num_threads(1) in both; {args.frames} timed frames per run after "

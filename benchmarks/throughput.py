@@ -1,9 +1,10 @@
 """CPU per 1,000 env steps and per update: the `Learner` pipeline, a hand-written loop on the same fast
 paths, and Stable-Baselines3's DQN set to the same work, measured side by side in one process.
 
-All three: CartPole-v1, one update of batch 64 per env step, a 128×128 ReLU MLP, Adam at 5e-4,
-γ 0.99, replay of 50,000, a soft target update with τ 0.02 after every update, gradient-norm
-clipping at 10, smooth-L1 loss, epsilon from 1.0 to 0.01. Differences that remain (and make SB3's
+All three: CartPole-v1 at `fastrl_per train`'s defaults, 3-step returns, one update of batch 128 per
+stored transition, a 128×128 ReLU MLP (ours with LayerNorm in both hidden layers, SB3's without), Adam at 5e-4, γ 0.99, replay of 50,000, a soft target update
+with τ 0.005 after every update, gradient-norm clipping at 10, smooth-L1 loss, epsilon from 1.0 to
+0.01 (SB3: its `n_steps=3` replay). Differences that remain (and make SB3's
 work *smaller*, not larger): SB3's DQN has no prioritized replay (ours samples from the sum tree,
 weights the loss and writes priorities back) and no double-DQN target (ours runs one more forward
 pass per update). SB3 runs its own defaults otherwise (torch's default Adam path, `DummyVecEnv`
@@ -41,7 +42,7 @@ def sb3_dqn(seed, warmup):
     from stable_baselines3 import DQN
     c = CONFIG
     return DQN('MlpPolicy', gym.make(ENV), learning_rate=c['lr'], buffer_size=c['max_sz'], learning_starts=c['bs'],
-               batch_size=c['bs'], tau=c['tau'], gamma=c['gamma'], train_freq=1, gradient_steps=1,
+               batch_size=c['bs'], tau=c['tau'], gamma=c['gamma'], train_freq=1, gradient_steps=1, n_steps=c['n_step'],
                target_update_interval=1, exploration_initial_eps=c['eps_start'], exploration_final_eps=c['eps_end'],
                exploration_fraction=min(1., c['eps_decay_steps'] / warmup), max_grad_norm=c['max_grad_norm'],
                policy_kwargs=dict(net_arch=[c['hidden'], c['hidden']]), seed=seed, device='cpu', verbose=0)

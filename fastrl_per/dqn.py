@@ -38,11 +38,12 @@ class DuelingHead(nn.Module):
         return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
 
 class QNetwork(nn.Sequential):
-    "An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head."
-    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False):
+    "An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head, `layer_norm` normalises each hidden layer."
+    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False, layer_norm:bool=False):
         check_int('obs_dim', obs_dim); check_int('n_actions', n_actions); check_int('hidden', hidden)
+        def block(n_in): return [nn.Linear(n_in, hidden), *([nn.LayerNorm(hidden)] if layer_norm else []), nn.ReLU()]
         head = DuelingHead(hidden, n_actions) if dueling else nn.Linear(hidden, n_actions)
-        super().__init__(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), head)
+        super().__init__(*block(obs_dim), *block(hidden), head)
 
 # %% ../nbs/05c_dqn.ipynb #407fd29b
 class EpsilonGreedy:

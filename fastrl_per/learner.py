@@ -26,7 +26,7 @@ from .conv import NatureQNetwork
 from .schedules import AnnealLR
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'Learner']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
 def physical_memory() -> int:
@@ -40,7 +40,7 @@ class Learner:
                  replay:str='per', # 'per' (prioritized) or 'uniform'
                  seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=30_000, # planned env steps, for annealing beta
-                 bs:int=64, # batch size
+                 bs:int=128, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
                  lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
@@ -49,15 +49,16 @@ class Learner:
                  beta:float=0.4, # importance-sampling exponent at the start
                  eps:float=1e-6, # added to |TD error|
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
-                 tau:float|None=0.02, # soft target update rate per update
+                 tau:float|None=0.005, # soft target update rate per update
                  double:bool=True, # double DQN targets
                  eps_start:float=1.0, # exploration at the start
                  eps_end:float=0.01, # exploration after the decay
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
                  hidden:int=128, # hidden units of the Q-network
                  max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
-                 n_step:int=1, # rewards summed per transition (n-step returns); 1 is plain DQN
+                 n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
                  dueling:bool=False, # a value + advantage head on the Q-network
+                 layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP Q-network (the Atari network has none)
                  envs:int=1, # sub-envs stepped together
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
@@ -75,7 +76,7 @@ class Learner:
             raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, more than this machine's "
                              f"{physical_memory() / 1e9:.1f} GB; choose a smaller max_sz (--buffer-size)")
         torch.manual_seed(seed)
-        model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling)
+        model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
@@ -141,7 +142,14 @@ class Learner:
         self.budget.stop()
 
 # %% ../nbs/06_learner.ipynb #79781261
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3
+
+def upgrade_checkpoint(state:dict) -> dict:
+    "An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, for `check_state` to judge."
+    if not isinstance(state, dict) or state.get('version') != 2 or not isinstance(state.get('config'), dict): return state
+    config = dict(state['config'])
+    if state.get('learner') == 'Learner': config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
+    return dict(state, version=3, config=config)
 Learner.nstep = None  # the n-step stage, for learners that have one
 
 @patch

@@ -15,7 +15,7 @@ from gymnasium.error import DependencyNotInstalled
 from fastprogress.fastprogress import progress_bar
 import fastrl_per
 from . import __version__
-from .learner import Learner
+from .learner import Learner, upgrade_checkpoint
 from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray
 from .atari import is_atari, register_atari, make_env, atari_defaults
@@ -70,13 +70,13 @@ def save_checkpoint(state:dict, path:Path):
     save_atomically(state, path)
 
 def load_checkpoint(run_dir) -> dict:
-    "The checkpoint of `run_dir`; a `ValueError` naming the file if it is missing or unreadable."
+    "The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file if it is missing or unreadable."
     path = Path(run_dir) / 'checkpoint.pt'
     if not path.exists(): raise ValueError(f"no checkpoint at {str(path)!r}")
     try: state = torch.load(path, weights_only=True)
     except Exception as e: raise ValueError(f"cannot read checkpoint {str(path)!r}: {e}") from e
     if not isinstance(state, dict) or 'config' not in state: raise ValueError(f"{str(path)!r} is not a fastrl_per checkpoint")
-    return state
+    return upgrade_checkpoint(state)
 
 def read_metrics(run_dir) -> dict:
     "The columns of `run_dir`'s metrics.csv as float arrays (nan where empty)."
@@ -474,7 +474,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
     workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ape-X: Ray and its actors run within, started before StopSignals takes the signals
     with workers, StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
-        writer, board, ending, finished = csv.writer(f), RunBoard(run_dir, log_every, saved, manifest.get('tb_pending')), False, False
+        writer, board, ending, finished, tail = csv.writer(f), RunBoard(run_dir, log_every, saved, manifest.get('tb_pending')), False, False, None
         try:
             while not ending and stop.signum is None and learner.episodes.frames < total:
                 # a leg of the stream per checkpoint: it ends between env steps, where a checkpoint resumes exactly
@@ -495,7 +495,9 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                         if score >= best_score:
                             save_best(run_dir, learner, row['frame'], updates, score, eval_episodes, eval_seed)
                             best_score, best = score, dict(frame=row['frame'], eval_return=score)
-                    writer.writerow(metrics_row(row, updates, returns[-1][1] if len(returns) > n_returns else '', score))
+                    episode_return = returns[-1][1] if len(returns) > n_returns else ''
+                    tail = (f.tell(), row, updates, episode_return, score)   # the last row so far, which a final evaluation may complete
+                    writer.writerow(metrics_row(row, updates, episode_return, score))
                     board.update(row, updates, learner.replay)
                     n_returns = len(returns)
                     if bar and row['frame'] - shown >= 250:
@@ -509,6 +511,17 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                     manifest['tb_pending'] = board.pending()
                     save_run(run_dir, learner, manifest, updates)
                     saved = learner.episodes.frames
+            if eval_every and not finished and stop.signum is None and tail and tail[-1] == '':
+                # the budget ended on env steps that stored no transition (n-step windows still open): the final network is
+                # the last update's, so its evaluation goes on that update's row
+                pos, row, update, episode_return, _ = tail
+                score = evaluate_greedily(learner, eval_episodes, eval_seed)
+                board.add('return/eval', score, row['frame'])
+                if score >= best_score:
+                    save_best(run_dir, learner, row['frame'], update, score, eval_episodes, eval_seed)
+                    best = dict(frame=row['frame'], eval_return=score)
+                f.seek(pos); f.truncate()
+                writer.writerow(metrics_row(row, update, episode_return, score))
         finally: board.close()
     if bar:
         bar.update(learner.episodes.frames)

@@ -126,7 +126,7 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
 @needs_ale
 def test_rewards_are_clipped_for_training_only(one_thread):
     "Space Invaders scores 5 to 30 points an invader: the buffer trains on +1, the returns keep the score."
-    learner = Learner('ALE/SpaceInvaders-v5', seed=0, bs=8, max_sz=400, warmup=8, train_every=100)
+    learner = Learner('ALE/SpaceInvaders-v5', seed=0, bs=8, max_sz=400, warmup=8, train_every=100, n_step=1)   # 1-step, as the Atari defaults
     learner.fit(400)
     stored = learner.replay.memory[:]
     assert set(stored.reward.tolist()) == {0., 1.}

@@ -101,7 +101,7 @@ def test_stale_updates_dropped_while_a_collector_thread_writes():
 def test_training_with_the_collector_learns():
     "DQN fed by the collector, publishing every 20 updates: CartPole returns well above a random policy's (~22) after 2,500 steps."
     torch.set_num_threads(1)
-    learner = Learner('CartPole-v1', seed=0, total_steps=2_500, eps_decay_steps=1_000, bs=64)
+    learner = Learner('CartPole-v1', seed=0, total_steps=2_500, eps_decay_steps=1_000, bs=64, n_step=1)   # an update per env step from step 64
     collector = AsyncCollector('CartPole-v1', learner.model, seed=0, eps_decay_steps=1_000, n=2_500)
     learner.episodes.source_datapipe = UnbatchSteps(collector)    # where the learner's steps come from
     learner.pipe = Publish(learner.pipe, collector, learner.model, every=20)

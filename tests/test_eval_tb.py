@@ -20,6 +20,7 @@ from fastrl_per.per import PrioritizedExperienceReplay
 from fastrl_per.train import RunBoard
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
+EARLY = ('--bs', 64)   # the first update, and so the first metrics row an evaluation lands on, at step 64: before the first evaluation at 100
 
 
 def run(*args, command=COMMAND, check=None):
@@ -54,7 +55,7 @@ def point_steps(frames, every, start=0):
 def evaluated_run(tmp_path_factory):
     "A 300-step run evaluated every 100 env steps, logging every 50."
     out = tmp_path_factory.mktemp('runs') / 'run'
-    run('train', '--out', out, '--steps', 300, '--eval-every', 100, '--eval-episodes', 2, '--log-every', 50, '--no-progress', check=0)
+    run('train', '--out', out, '--steps', 300, '--eval-every', 100, '--eval-episodes', 2, '--log-every', 50, '--no-progress', *EARLY, check=0)
     return out
 
 
@@ -98,7 +99,7 @@ def test_uniform_replay_logs_no_priorities(tmp_path):
 
 def test_resume_keeps_the_best_so_far(tmp_path):
     out = tmp_path / 'run'
-    args = ('--eval-every', 100, '--eval-episodes', 2, '--no-progress')
+    args = ('--eval-every', 100, '--eval-episodes', 2, '--no-progress', *EARLY)
     run('train', '--out', out, '--steps', 200, *args, check=0)
     first = torch.load(out / 'best.pt', weights_only=True)
     run('train', '--resume', out, '--steps', 400, *args, check=0)
@@ -186,7 +187,7 @@ def test_ale_py_missing_names_the_atari_extra(tmp_path):
     assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('learner', [(), ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1')])
+@pytest.mark.parametrize('learner', [EARLY, ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1')])
 def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
     "The same seed with and without evaluations: the same losses, returns and schedules (the training agent, its window and RNGs untouched)."
     runs = {}
@@ -198,3 +199,22 @@ def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
     assert [[r[c] for c in columns] for r in runs[0]] == [[r[c] for c in columns] for r in runs[100]]
     assert [r['frame'] for r in runs[100] if r['eval_return']] == ['100', '200', '250']
     assert (tmp_path / 'every100' / 'best.pt').exists() and not (tmp_path / 'every0' / 'best.pt').exists()
+
+
+def test_a_budget_ending_on_open_n_step_windows_still_evaluates_the_final_network(tmp_path):
+    "With 3-step returns the first two steps of an episode store nothing: a run whose budget ends there evaluates on its last update's row."
+    from fastrl_per.learner import Learner
+    from fastrl_per.train import train
+    torch.set_num_threads(1)
+    probe = Learner('CartPole-v1', seed=0, total_steps=400, bs=16, n_step=3)
+    probe.fit(400)
+    end = next(frame for frame, _ in probe.episodes.returns if frame > 150)   # an episode ends at step `end`: step end + 1 opens a window only
+    out = tmp_path / 'run'
+    train(out=str(out), steps=end + 1, bs=16, n_step=3, eval_every=100, eval_episodes=2, solved=0, progress=False)
+    rows = metrics(out)
+    assert int(rows[-1]['frame']) == end and rows[-1]['eval_return'] != ''   # the final evaluation, on the last update's row
+    assert len(rows) == int(rows[-1]['update'])                               # still one row per update
+    evals = [int(r['frame']) for r in rows if r['eval_return']]
+    assert evals == [*range(100, end, 100), end] and [s for s, _ in scalars(out)['return/eval']] == evals
+    best = torch.load(out / 'best.pt', weights_only=True)
+    assert best['eval_return'] == pytest.approx(max(float(r['eval_return']) for r in rows if r['eval_return']), rel=1e-5)

@@ -29,6 +29,7 @@ from fastrl_per.train import evaluate, greedy_returns, load_checkpoint, read_met
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
+ONE_STEP = dict(n_step=1, bs=64)   # a transition stored per env step, the first update at step 64: counts the tests state by hand
 
 
 class Fixed(nn.Module):
@@ -198,7 +199,7 @@ def test_max_priority_ignores_overwritten_repeats():
 
 def test_learner_update_priorities_by_hand():
     "The same check through `Learner`'s own wiring (double DQN, gamma, eps), one update at a time."
-    learner = Learner('CartPole-v1', seed=0, total_steps=1000, bs=16, max_sz=500, eps=1e-4, target_every=3)
+    learner = Learner('CartPole-v1', seed=0, total_steps=1000, bs=16, max_sz=500, eps=1e-4, target_every=3, n_step=1)  # 1-step TD by hand
     learner.fit(60)  # 45 updates: priorities, the target network and max_priority have all moved
     for _ in range(3):  # one of these updates also copies the online network to the target network
         online0, target0 = deepcopy(learner.model), deepcopy(learner.target_model)
@@ -335,7 +336,7 @@ def test_learner_beta_reaches_one_at_total_steps():
 # ---------------------------------------------------------------------------------------------
 
 def test_uniform_replay_learner():
-    learner = Learner('CartPole-v1', replay='uniform', seed=0, total_steps=500, bs=16)
+    learner = Learner('CartPole-v1', replay='uniform', seed=0, total_steps=500, bs=16, n_step=1)  # a transition per env step
     rows = learner.fit(100)
     assert len(rows) == 100 - 16 + 1
     assert all(r['beta'] == 1.0 for r in rows)
@@ -353,7 +354,7 @@ def test_uniform_replay_learner():
     batch = learner.replay.sample()
     assert torch.equal(batch.weights, torch.ones(16))
     # the per learner, for contrast, reports its annealed beta: 500 - 16 + 1 updates are planned
-    rows = Learner('CartPole-v1', replay='per', seed=0, total_steps=500, bs=16).fit(30)
+    rows = Learner('CartPole-v1', replay='per', seed=0, total_steps=500, bs=16, n_step=1).fit(30)
     assert rows[0]['beta'] == pytest.approx(0.4 + 0.6 / 485) and rows[-1]['beta'] == pytest.approx(0.4 + 0.6 * 15 / 485)
 
 
@@ -383,10 +384,10 @@ def test_short_training_run_beats_random():
 
 @pytest.fixture(scope='module')
 def base_run(tmp_path_factory):
-    "A 300-step run, trained once; tests that change a run work on a copy."
+    "A 300-step run of 1-step transitions and batches of 64 (so counts are easy to state), trained once; tests that change a run work on a copy."
     run = tmp_path_factory.mktemp('base') / 'run'
     torch.set_num_threads(1)
-    summary = train(steps=300, out=str(run), progress=False)
+    summary = train(steps=300, out=str(run), progress=False, **ONE_STEP)
     assert '300 steps' in summary
     return run
 
@@ -580,7 +581,7 @@ def test_several_envs_step_together_and_count_each_transition():
 @pytest.mark.parametrize('kw, updates', [(dict(), 300 - 64 + 1), (dict(warmup=200), 101),
                                          (dict(train_every=4), 60), (dict(train_every=4, gradient_steps=3, warmup=100), 3 * 51)])
 def test_update_cadence(kw, updates):
-    learner = Learner('CartPole-v1', seed=0, total_steps=300, **kw)
+    learner = Learner('CartPole-v1', seed=0, total_steps=300, **ONE_STEP, **kw)
     assert len(learner.fit(300)) == updates
 
 
@@ -594,3 +595,35 @@ def test_beta_reaches_one_with_n_step_returns():
     "The plan of updates counts the n-step windows still open at the end: beta reaches 1 at the last step."
     rows = Learner('CartPole-v1', seed=0, total_steps=300, n_step=3).fit(300)
     assert rows[-1]['beta'] == pytest.approx(1.0) and rows[-2]['beta'] < 1.0
+
+
+def test_layer_norm_is_the_default_and_can_be_turned_off(tmp_path):
+    "Default: LayerNorm before each hidden ReLU, in the online and the target network; layer_norm=False is the seed notebook's MLP, through the command too."
+    learner = Learner('CartPole-v1', seed=0, total_steps=300)
+    for net in (learner.model, learner.target_model):
+        assert [type(m) for m in net] == [nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear]
+    plain = Learner('CartPole-v1', seed=0, total_steps=300, layer_norm=False)
+    assert [type(m) for m in plain.model] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]
+    rows = learner.fit(300)
+    assert rows and all(np.isfinite(r['loss']) for r in rows)
+    assert not torch.equal(learner.model[1].weight, torch.ones(128))   # the LayerNorm's scale trains with the rest
+    train(out=str(tmp_path / 'run'), steps=200, layer_norm=False, progress=False)
+    state = load_checkpoint(tmp_path / 'run')
+    assert state['config']['layer_norm'] is False and not any('LayerNorm' in type(m).__name__ for m in Learner(**state['config']).model)
+
+
+def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_run, tmp_path):
+    "A run written before layer_norm existed (checkpoint version 2, no layer_norm in its config) resumes and evaluates through the command's functions."
+    run = copy_run(base_run, tmp_path)
+    state = torch.load(run / 'checkpoint.pt', weights_only=True)
+    assert state['config']['layer_norm'] is True   # base_run: today's default
+    # what version 2 wrote for a network without LayerNorm: rebuild the base run's learner without it, drop the key
+    learner = Learner(**dict(state['config'], layer_norm=False, total_steps=300))
+    learner.fit(300)
+    old = learner.state_dict()
+    torch.save(dict(old, version=2, config={k: v for k, v in old['config'].items() if k != 'layer_norm'}), run / 'checkpoint.pt')
+    (run / 'best.pt').unlink()
+    train(steps=400, resume=str(run), progress=False)
+    resumed = load_checkpoint(run)
+    assert (resumed['version'], resumed['config']['layer_norm'], resumed['frames']) == (3, False, 400)
+    assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)

@@ -16,7 +16,7 @@ def lr(learner): return learner.optimizer.param_groups[0]['lr']
 
 
 def test_lr_moves_linearly_to_lr_end_over_total_steps_then_stays():
-    learner = Learner('CartPole-v1', seed=0, total_steps=400, lr=1e-3, lr_end=2e-4)
+    learner = Learner('CartPole-v1', seed=0, total_steps=400, lr=1e-3, lr_end=2e-4, bs=32)   # updates from step 32 on
     assert lr(learner) == 1e-3
     learner.fit(100)
     assert lr(learner) == pytest.approx(1e-3 * 0.75 + 2e-4 * 0.25)   # set after the update of env step 100
@@ -31,7 +31,7 @@ def test_without_lr_end_the_rate_stays():
 
 
 def test_a_resumed_learner_continues_the_schedule():
-    config = dict(seed=0, total_steps=400, lr=1e-3, lr_end=2e-4)
+    config = dict(seed=0, total_steps=400, lr=1e-3, lr_end=2e-4, bs=32)
     first = Learner('CartPole-v1', **config)
     first.fit(150)
     resumed = Learner('CartPole-v1', **config)
