@@ -90,6 +90,7 @@ class ApexActor:
                  n:int=3, # steps of each n-step return
                  gamma:float=0.99, # discount
                  hidden:int=128, # hidden units of the Q-network
+                 layer_norm:bool=True, # LayerNorm in its hidden layers, as the learner's network
                  timeout:float=60., # seconds to wait for the replay
                  eps_start:float|None=None, # exploration at its first step; None: `epsilon` throughout
                  decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
@@ -97,7 +98,7 @@ class ApexActor:
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.replay, self.gamma, self.timeout = replay, check_gamma(gamma), timeout
         start = epsilon if eps_start is None else eps_start
-        self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden), n_actions, start, epsilon, decay_steps, seed=seed)
+        self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm), n_actions, start, epsilon, decay_steps, seed=seed)
         self.policy.agent.steps = check_int('steps', steps, low=0)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
@@ -161,6 +162,7 @@ class ApexRun:
                  eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
                  epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
                  hidden:int=128, # hidden units of the Q-network
+                 layer_norm:bool=True, # LayerNorm in each hidden layer of the Q-network
                  max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
                  n_step:int=3, # rewards summed per transition (n-step returns), 3 as in Ape-X
                  envs:int=1, # env copies per actor
@@ -181,8 +183,8 @@ class ApexRun:
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         obs_dim, n_actions = discrete_env_dims(env_id)
         torch.manual_seed(seed)
-        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, hidden)
-        self.target_model = QNetwork(obs_dim, n_actions, hidden).requires_grad_(False)
+        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
+        self.target_model = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm).requires_grad_(False)
         self.target_model.load_state_dict(self.model.state_dict())
         self.optimizer = adam(self.model, lr)
         self.agent = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay, seed=seed)   # the least exploring actor's schedule
@@ -214,7 +216,7 @@ class ApexRun:
         actor_class = ray.remote(ApexActor).options(num_cpus=0, max_restarts=c['max_restarts'], max_task_retries=-1,   # a call cut short by a death runs again
                                                     runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
         self.actors = [actor_class.remote(c['env_id'], server, e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'], c['n_step'],
-                                          c['gamma'], c['hidden'], self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
+                                          c['gamma'], c['hidden'], c['layer_norm'], self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         self.replay.server, self.calls, self.idle, self.pids = server, {}, list(range(len(self.actors))), [None] * len(self.actors)
         self.publish(self.model.state_dict(), self.version + 1)

@@ -148,7 +148,7 @@ def upgrade_checkpoint(state:dict) -> dict:
     "An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, for `check_state` to judge."
     if not isinstance(state, dict) or state.get('version') != 2 or not isinstance(state.get('config'), dict): return state
     config = dict(state['config'])
-    if state.get('learner') == 'Learner': config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
+    if state.get('learner') in ('Learner', 'ApexRun'): config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
     return dict(state, version=3, config=config)
 Learner.nstep = None  # the n-step stage, for learners that have one
 

@@ -35,7 +35,7 @@ def test_actor_priorities_are_its_own_nstep_td_errors():
     server = ReplayServer(max_sz=1_000, bs=8, alpha=1., seed=0)
     actor = ApexActor('CartPole-v1', server, epsilon=0.5, seed=1, n=3, gamma=0.9)
     torch.manual_seed(0)
-    net = QNetwork(4, 2)
+    net = QNetwork(4, 2, layer_norm=True)   # the actor's network: LayerNorm, as the learner's
     result = actor.collect(net.state_dict(), 1, 64)
     assert result['version'] == 1 and result['steps'] == 64 == len(server.buffer)
     stored = server.buffer.memory[:]
@@ -156,7 +156,7 @@ def test_one_actor_runs_the_learners_algorithm():
     torch.set_num_threads(1)
     steps = 1_500
     run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
-    learner = Learner('CartPole-v1', seed=0, total_steps=steps, **{k: run.config[k] for k in ('n_step', 'bs', 'tau', 'lr', 'max_sz')})
+    learner = Learner('CartPole-v1', seed=0, total_steps=steps, **{k: run.config[k] for k in ('n_step', 'bs', 'tau', 'lr', 'max_sz', 'layer_norm')})
     assert all(torch.equal(a, b) for a, b in zip(learner.model.state_dict().values(), run.model.state_dict().values()))
     single = learner.fit(steps)
     with run: apex = run.fit(steps)
