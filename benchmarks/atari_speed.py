@@ -50,6 +50,7 @@ pipeline's time per env step at most 1.1× the loop's.
 from __future__ import annotations
 import argparse, gc, shlex, statistics, sys, time
 from copy import deepcopy
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -64,6 +65,9 @@ from fastrl_per.envs import EnvRun
 from fastrl_per.frames import FrameStorage, PrioritizedFrameReplayBuffer
 from fastrl_per.learner import Learner
 from fastrl_per.nstep import nstep_discount
+
+sys.path.insert(0, str(Path(__file__).parent))
+from overhead import alternate  # noqa: E402   (turns of equal load, shared with the CartPole benchmarks)
 
 STACK, SIDE, BS, GOAL = 4, 84, 32, 1.5
 ENV, PIPELINE_GOAL, CHECK_STEPS = 'ALE/Pong-v5', 1.1, 300
@@ -201,19 +205,10 @@ def timed_pair(seed: int, c: dict, warmup: int, frames: int, block: int) -> dict
     and a fresh loop, each stepped `warmup` env steps first; turns of `block` env steps alternate (pipeline, loop, loop, ...)."""
     learners = dict(pipeline=pipeline(seed, c), loop=HandLoop(seed, c))
     for l in learners.values(): l.fit(warmup)
-    spent, updates = {k: [0., 0.] for k in learners}, {k: 0 for k in learners}
-    done, order = 0, ['pipeline', 'loop']
-    while done < frames:
-        n = min(block, frames - done)
-        for name in order:
-            w, t = time.perf_counter(), time.process_time()
-            updates[name] += len(learners[name].fit(n))
-            spent[name][0] += time.perf_counter() - w
-            spent[name][1] += time.process_time() - t
-        done, order = done + n, order[::-1]
+    spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
     assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
-    assert updates['pipeline'] == updates['loop'] == frames // c['train_every'], updates   # the same updates for the same env steps
-    return {k: (frames / w, cpu * 1000 / frames) for k, (w, cpu) in spent.items()}
+    assert spent['pipeline'][2] == spent['loop'][2] == frames // c['train_every'], spent   # the same updates for the same env steps
+    return {k: (frames / w, cpu * 1000 / frames) for k, (w, cpu, _) in spent.items()}
 
 
 def training_pipeline(a):

@@ -99,27 +99,32 @@ class HandLoop:
 def pipeline(seed, total_steps): return Learner(ENV, replay='per', seed=seed, total_steps=total_steps, **CONFIG)
 
 
-def timed_pair(seed, warmup, frames, block):
-    """Seconds (wall, CPU) of `frames` env steps for a fresh pipeline and a fresh loop, each warmed up first.
-
-    The two alternate in blocks of `block` frames (pipeline first, then loop first, ...) so that both see
-    the same load from whatever else runs on the machine."""
-    learners = dict(pipeline=pipeline(seed, warmup + frames), loop=HandLoop(seed, warmup + frames))
-    for l in learners.values(): l.fit(warmup)
-    spent, updates = {k: [0., 0.] for k in learners}, {k: 0 for k in learners}
-    done, order = 0, ['pipeline', 'loop']
-    while done < frames:
-        n = min(block, frames - done)
+def alternate(jobs, total, block):
+    """Wall and CPU seconds each of `jobs` (name → callable(n), returning what it produced or None) spends on `total`
+    units, and how many items it returned, in turns of `block` units (a, b, b, a, ...): each sees the same load from
+    whatever else runs on the machine."""
+    spent, done, order = {k: [0., 0., 0] for k in jobs}, 0, list(jobs)
+    while done < total:
+        n = min(block, total - done)
         for name in order:
             w, c = time.perf_counter(), time.process_time()
-            rows = learners[name].fit(n)
+            out = jobs[name](n)
             spent[name][0] += time.perf_counter() - w
             spent[name][1] += time.process_time() - c
-            updates[name] += len(rows)
+            spent[name][2] += len(out or ())
         done, order = done + n, order[::-1]
+    return spent
+
+
+def timed_pair(seed, warmup, frames, block):
+    """Seconds (wall, CPU) per 10,000 of `frames` env steps for a fresh pipeline and a fresh loop, each warmed up first,
+    taking turns of `block` frames."""
+    learners = dict(pipeline=pipeline(seed, warmup + frames), loop=HandLoop(seed, warmup + frames))
+    for l in learners.values(): l.fit(warmup)
+    spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
     assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
-    assert updates['pipeline'] == updates['loop'] > 0, updates   # the same updates for the same env steps
-    return {k: (w * 10_000 / frames, c * 10_000 / frames) for k, (w, c) in spent.items()}
+    assert spent['pipeline'][2] == spent['loop'][2] > 0, spent   # the same updates for the same env steps
+    return {k: (w * 10_000 / frames, c * 10_000 / frames) for k, (w, c, _) in spent.items()}
 
 
 def check_same_work(seed, frames=400):

@@ -25,14 +25,13 @@ import argparse
 import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import CONFIG, ENV, HandLoop, check_same_work, pipeline  # noqa: E402
+from overhead import CONFIG, ENV, HandLoop, alternate, check_same_work, pipeline  # noqa: E402
 
 GOALS = dict(steps=1.0, sb3_update=0.6, loop=1.1)
 
@@ -60,19 +59,6 @@ class SB3Steps:
         polyak_update(m.q_net.parameters(), m.q_net_target.parameters(), m.tau)
 
 
-def alternate(jobs, total, block):
-    "CPU seconds each job of `jobs` (name → callable(n)) spends on `total` units, in alternating turns of `block`."
-    spent, done, order = {k: 0. for k in jobs}, 0, list(jobs)
-    while done < total:
-        n = min(block, total - done)
-        for name in order:
-            c = time.process_time()
-            jobs[name](n)
-            spent[name] += time.process_time() - c
-        done, order = done + n, order[::-1]
-    return spent
-
-
 def one_repeat(seed, warmup, frames, block, updates):
     learners = dict(pipeline=pipeline(seed, 30_000), loop=HandLoop(seed, 30_000), sb3=SB3Steps(seed, warmup))
     for l in learners.values(): l.fit(warmup)
@@ -82,7 +68,7 @@ def one_repeat(seed, warmup, frames, block, updates):
     loop, sb3 = learners['loop'], learners['sb3']
     upd = alternate(dict(loop=lambda n: [loop.update() for _ in range(n)],
                          sb3=lambda n: [sb3.update() for _ in range(n)]), updates, block)
-    return {k: 1000 * v / frames for k, v in steps.items()}, {k: 1e3 * v / updates for k, v in upd.items()}
+    return {k: 1000 * cpu / frames for k, (_, cpu, _) in steps.items()}, {k: 1e3 * cpu / updates for k, (_, cpu, _) in upd.items()}
 
 
 def main(argv=None):
