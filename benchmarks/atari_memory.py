@@ -69,9 +69,9 @@ def storage_arrays(kind: str, capacity: int) -> list:
     "Allocate one storage of `kind` for `capacity` transitions; return its arrays."
     if kind == 'ours':
         from fastrl_per.frames import FrameStorage
-        s = FrameStorage(capacity)
-        s.write(one_transition())
-        return [s.rows, s.newest, s.oldest, s.frames, s.prev]
+        s, columns = FrameStorage(capacity), one_transition()
+        s.write(columns)
+        return [getattr(s, name) for name in s.layout(columns)]   # every ring it holds: records, row links, frames
     if kind == 'stacked':
         from fastrl_per.memory import RingStorage
         s = RingStorage(capacity)
