@@ -470,6 +470,14 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     best = load_best(run_dir)
     best_score = -math.inf if best is None else best['eval_return']
     next_eval = (saved // eval_every + 1) * eval_every if eval_every else math.inf
+    def evaluate_row(frame, update) -> float:   # greedy episodes of the network as it is now, recorded at `frame`; best.pt if it ties or beats the best
+        nonlocal best_score, best
+        score = evaluate_greedily(learner, eval_episodes, eval_seed)
+        board.add('return/eval', score, frame)
+        if score >= best_score:
+            save_best(run_dir, learner, frame, update, score, eval_episodes, eval_seed)
+            best_score, best = score, dict(frame=frame, eval_return=score)
+        return score
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
         return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
     workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ape-X: Ray and its actors run within, started before StopSignals takes the signals
@@ -490,11 +498,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                     finished = finished or last
                     score = ''
                     if eval_every and (row['frame'] >= next_eval or last):
-                        score, next_eval = evaluate_greedily(learner, eval_episodes, eval_seed), (row['frame'] // eval_every + 1) * eval_every
-                        board.add('return/eval', score, row['frame'])
-                        if score >= best_score:
-                            save_best(run_dir, learner, row['frame'], updates, score, eval_episodes, eval_seed)
-                            best_score, best = score, dict(frame=row['frame'], eval_return=score)
+                        score, next_eval = evaluate_row(row['frame'], updates), (row['frame'] // eval_every + 1) * eval_every
                     episode_return = returns[-1][1] if len(returns) > n_returns else ''
                     tail = (f.tell(), row, updates, episode_return, score)   # the last row so far, which a final evaluation may complete
                     writer.writerow(metrics_row(row, updates, episode_return, score))
@@ -515,11 +519,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                 # the budget ended on env steps that stored no transition (n-step windows still open): the final network is
                 # the last update's, so its evaluation goes on that update's row
                 pos, row, update, episode_return, _ = tail
-                score = evaluate_greedily(learner, eval_episodes, eval_seed)
-                board.add('return/eval', score, row['frame'])
-                if score >= best_score:
-                    save_best(run_dir, learner, row['frame'], update, score, eval_episodes, eval_seed)
-                    best = dict(frame=row['frame'], eval_return=score)
+                score = evaluate_row(row['frame'], update)
                 f.seek(pos); f.truncate()
                 writer.writerow(metrics_row(row, update, episode_return, score))
         finally: board.close()
