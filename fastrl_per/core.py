@@ -92,6 +92,21 @@ class SimpleStep:
         "The same step(s) on `device`."
         return self._map(lambda t: t.to(device))
 
+    def __reduce_ex__(self, protocol):
+        "Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's per-tensor unpickling."
+        attrs = vars(self)
+        if any(isinstance(v, torch.Tensor) and (v.device.type != 'cpu' or v.requires_grad or v.dtype == torch.bfloat16) for v in attrs.values()):
+            return super().__reduce_ex__(protocol)   # tensors numpy cannot hold as they are: torch's own pickling
+        return SimpleStep.from_arrays, ({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in attrs.items()},)
+
+    @classmethod
+    def from_arrays(cls, attrs:dict):
+        "A step from pickled attributes: numpy arrays become tensors (copied when read-only, as Ray hands them out), the rest as it was."
+        step = cls.__new__(cls)
+        for k, v in attrs.items():
+            setattr(step, k, torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v)
+        return step
+
     def __eq__(self, other):
         if not isinstance(other, SimpleStep): return NotImplemented
         return all(torch.equal(getattr(self, n), getattr(other, n)) for n in STEP_FIELDS)
