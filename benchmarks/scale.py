@@ -2,14 +2,17 @@
 single-process Learner, (b) the Learner fed by the background AsyncCollector, (c) Ape-X on a
 local Ray with 1 and 2 actors; then the replay actor's capacity.
 
-Every mode runs the same DQN on CartPole-v1 at one update per env step (batch 64) for
-`--steps` env steps, timed after start-up (Ray's start and the actors' imports are not
-counted), each in a fresh process so that its peak memory is its own. It runs once on plain
-CartPole-v1, whose step (~10 µs) costs far less than an update (~1 ms), and once on
+Every mode runs the same DQN at one update per env step (batch 64) for `--steps` env steps,
+timed after start-up (Ray's start and the actors' imports are not counted), each in a fresh
+process so that its peak memory is its own. It runs on plain CartPole-v1 and Acrobot-v1, whose
+steps (~10 and ~50 µs) cost far less than an update (~1 ms), and on
 "PaddedCartPole-v1": CartPole-v1 behind `PadStep`, a wrapper that sleeps so that each step
 takes at least 1 ms, standing in for an env whose step costs about as much as an update (a
 simulator that runs outside the Python interpreter; sleeping releases the GIL as such a call
-would). Ratios are against (a) in the same run. Peak memory: the peak resident set of the
+would). Ratios are against (a) on the same env in the same run; the
+updates per env step column shows that every mode does the same work per env step (Ray's
+runs end a few calls' worth of updates short: the learner stops when the actors have
+delivered the budget). Peak memory: the peak resident set of the
 learner's process; for Ray, plus the peaks of the actor and replay processes.
 
 Replay capacity: µs per `add` of 64 transitions (with their priorities) and per sample of 256
@@ -96,15 +99,15 @@ def capacity(repeats=300):
         return 1e6 * (t1 - t0) / repeats, 1e6 * (t2 - t1) / repeats
     local = ReplayServer(max_sz=100_000, bs=256, seed=0)
     def local_sample_update():
-        b = local.sample(256); local.update_priorities(b.idxs, torch.rand(256))
+        b, = local.sample_batches(1, 256); local.update_priorities(b.idxs, torch.rand(256))
     rows = [('in process',) + timed(lambda: local.add(steps, td), local_sample_update)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         remote = ray.remote(ReplayServer).options(num_cpus=0).remote(100_000, 256, 0.6, 0.4, 1e-6, 0)
         def remote_sample_update():
-            b = ray_get(remote.sample.remote(256), 60, 'replay')
-            ray_get(remote.update_priorities.remote(b.idxs, torch.rand(256)), 60, 'replay')
-        rows.append(('Ray actor, each call waited for',) + timed(lambda: ray_get(remote.add.remote(steps, td), 60, 'replay'), remote_sample_update))
+            b, = ray_get(remote.sample_batches.remote(1, 256), 60, 'replay')
+            ray_get(remote.update_priorities.remote(b.idxs.numpy(), np.random.rand(256)), 60, 'replay')
+        rows.append(('Ray actor, each call waited for',) + timed(lambda: ray_get(remote.add.remote(steps, td.numpy()), 60, 'replay'), remote_sample_update))
     finally: ray.shutdown()
     return rows
 
@@ -119,8 +122,8 @@ def main():
     modes = ['single', 'async', 'ray1', 'ray2']
     names = {'single': '(a) single process', 'async': '(b) async collector', 'ray1': '(c) Ray, 1 actor', 'ray2': '(c) Ray, 2 actors'}
     print(f"{args.steps} env steps per mode, one update per env step (batch 64), this machine: {os.cpu_count()} CPUs\n")
-    print(f"| env | mode | env steps/s | updates/s | env steps/s vs (a) | peak MB |\n|---|---|---:|---:|---:|---:|")
-    for env_id in ('CartPole-v1', 'PaddedCartPole-v1'):
+    print(f"| env | mode | env steps/s | updates/s | updates / env step | env steps/s vs (a) | peak MB |\n|---|---|---:|---:|---:|---:|---:|")
+    for env_id in ('CartPole-v1', 'Acrobot-v1', 'PaddedCartPole-v1'):
         base = None
         for mode in modes:
             out = subprocess.run([sys.executable, __file__, '--steps', str(args.steps), '--one', mode, env_id], capture_output=True, text=True)
@@ -128,7 +131,7 @@ def main():
             r = json.loads(out.stdout.strip().splitlines()[-1])
             sps, ups = r['env_steps'] / r['seconds'], r['updates'] / r['seconds']
             base = base or sps
-            print(f"| {env_id} | {names[mode]} | {sps:.0f} | {ups:.0f} | {sps / base:.2f}x | {r['peak_mb']:.0f} |", flush=True)
+            print(f"| {env_id} | {names[mode]} | {sps:.0f} | {ups:.0f} | {r['updates'] / r['env_steps']:.2f} | {sps / base:.2f}x | {r['peak_mb']:.0f} |", flush=True)
     print("\n| replay | µs per add of 64 | µs per sample of 256 + update |\n|---|---:|---:|")
     for name, add, su in capacity(): print(f"| {name} | {add:.0f} | {su:.0f} |")
 

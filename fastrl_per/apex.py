@@ -51,9 +51,11 @@ class ReplayServer:
             self.buffer.prioritizer.update(slots, td[len(td) - len(slots):], written=True)   # a batch longer than the ring keeps its last rows
         return self.buffer.storage.n_added
 
-    def sample(self, bs:int|None=None) -> SimpleStep|None:
-        "A prioritized batch with `idxs` and `weights`, or None while fewer than `bs` are stored."
-        return self.buffer.sample(bs) if len(self.buffer) >= (bs or self.buffer.bs) else None
+    def sample_batches(self, n:int=1, bs:int|None=None) -> list[SimpleStep]|None:
+        "`n` prioritized batches with `idxs` and `weights`, drawn one after another, or None while fewer than `bs` are stored."
+        check_int('n', n)
+        if len(self.buffer) < (bs or self.buffer.bs): return None
+        return [self.buffer.sample(bs) for _ in range(n)]
 
     def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> float:
         "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. The buffer's beta."
@@ -116,29 +118,39 @@ class ApexActor:
     def push(self, batch:SimpleStep, td:torch.Tensor):
         "Add to the replay: a direct call in one process, a Ray call (waited for, with a timeout) across processes."
         if isinstance(self.replay, ReplayServer): self.replay.add(batch, td)
-        else: ray_get(self.replay.add.remote(batch, td), self.timeout, 'the replay actor')
+        else: ray_get(self.replay.add.remote(batch, td.numpy()), self.timeout, 'the replay actor')   # numpy: cheap to unpickle
 
 # %% ../nbs/13_apex.ipynb #ab16b5f3
 class ReplayClient:
-    "The learner's handle on a `ReplayServer` actor, with the buffer methods the DQN stages call: priority feedback, one call in flight; beta annealing."
+    "The learner's handle on a `ReplayServer` actor, with the buffer methods the DQN stages call: priority feedback, gathered and sent one call at a time; beta annealing."
     def __init__(self, beta:float, timeout:float):
-        self.server, self.timeout, self.pending = None, timeout, None   # `server`: the Ray handle, set while a run runs
+        self.server, self.timeout, self.pending, self.gathered = None, timeout, None, []   # `server`: the Ray handle, set while a run runs
         self.beta0 = self.beta = beta
         self.fraction, self.final = None, 1.
 
     def update_priorities(self, idxs, td):
-        "Send `td` for `idxs` (and the latest beta annealing) once the previous feedback has arrived."
-        self.flush()
-        self.pending = self.server.update_priorities.remote(idxs, td, self.fraction, self.final)
+        "Keep `td` for `idxs` until `send`; checked now, so bad feedback fails at the update that made it."
+        self.gathered.append(feedback_arrays(idxs, td))
+
+    def send(self):
+        "Send the feedback gathered (and the latest beta annealing) in one call, once the previous call has answered."
+        if not self.gathered: return
+        self.wait()
+        idxs, td = (np.concatenate(a) for a in zip(*self.gathered))
+        self.pending, self.gathered = self.server.update_priorities.remote(idxs, td, self.fraction, self.final), []
 
     def anneal_beta(self, fraction:float, final:float=1.):
         "Beta after `fraction` of training; the replay takes it with the next feedback."
         self.beta, self.fraction, self.final = annealed_beta(self.beta0, fraction, final), fraction, final
 
-    def flush(self):
+    def wait(self):
         "Wait for the feedback in flight, if any."
         if self.pending is not None: ray_get(self.pending, self.timeout, 'the replay actor')
         self.pending = None
+
+    def flush(self):
+        "Send what is gathered and wait until the replay has it."
+        self.send(); self.wait()
 
 # %% ../nbs/13_apex.ipynb #e4ade73c
 class ApexRun:
@@ -169,12 +181,13 @@ class ApexRun:
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
                  replay_ratio:float=1., # at most this many updates per env step
+                 batches_per_call:int=16, # batches the learner fetches from the replay actor per call (their priorities go back in one call too)
                  max_restarts:int=3, # times Ray restarts a dead actor
                  timeout:float=60., # seconds any Ray call may take
                  num_cpus:int=2): # CPUs of the local Ray instance, if this run starts it
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         for k, v in dict(total_steps=total_steps, bs=bs, max_sz=max_sz, publish_every=publish_every, chunk=chunk, hidden=hidden,
-                         n_step=n_step, envs=envs, eps_decay_steps=eps_decay_steps).items(): check_int(k, v)
+                         n_step=n_step, envs=envs, eps_decay_steps=eps_decay_steps, batches_per_call=batches_per_call).items(): check_int(k, v)
         check_int('max_restarts', max_restarts, low=0); check_number('replay_ratio', replay_ratio, low_ok=False)
         check_number('timeout', timeout, low_ok=False); check_gamma(gamma)
         for name, rate in (('eps_start', eps_start), ('eps_end', eps_end)):
@@ -267,8 +280,9 @@ class ApexRun:
         self.agent.steps = self.actor_steps[last]
 
     def batches(self):
-        "Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`."
-        calls, idle, sample = self.calls, self.idle, None
+        "Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`; `batches_per_call` come per call."
+        calls, idle, ready, sample = self.calls, self.idle, [], None
+        fetch = lambda: self.replay.server.sample_batches.remote(self.config['batches_per_call'])
         while self.episodes.frames < self.goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
@@ -276,12 +290,15 @@ class ApexRun:
             can_learn = self.updates < self.config['replay_ratio'] * self.episodes.frames
             self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
-            if sample is None: sample = self.replay.server.sample.remote()
-            batch, sample = ray_get(sample, self.timeout, 'the replay actor'), self.replay.server.sample.remote()
-            if batch is None:   # not enough stored yet
-                if calls: self.harvest(wait=True)
-                continue
-            yield batch
+            if not ready:
+                self.replay.send()   # the priorities of the last set, in one call
+                if sample is None: sample = fetch()
+                got, sample = ray_get(sample, self.timeout, 'the replay actor'), fetch()   # the next set travels while this one trains
+                if got is None:   # not enough stored yet
+                    if calls: self.harvest(wait=True)
+                    continue
+                ready = got[::-1]
+            yield ready.pop()
         self.replay.flush()
 
     def iterate(self, steps:int):

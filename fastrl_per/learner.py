@@ -146,9 +146,10 @@ CHECKPOINT_VERSION = 3
 
 def upgrade_checkpoint(state:dict) -> dict:
     "An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, for `check_state` to judge."
-    if not isinstance(state, dict) or state.get('version') != 2 or not isinstance(state.get('config'), dict): return state
-    config = dict(state['config'])
-    if state.get('learner') in ('Learner', 'ApexRun'): config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
+    if not isinstance(state, dict) or state.get('version') not in (2, 3) or not isinstance(state.get('config'), dict): return state
+    config, learner = dict(state['config']), state.get('learner')
+    if state['version'] == 2 and learner in ('Learner', 'ApexRun'): config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
+    if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # a run from before the argument fetched one batch per call
     return dict(state, version=3, config=config)
 Learner.nstep = None  # the n-step stage, for learners that have one
 

@@ -57,8 +57,7 @@ def test_stale_rule_with_prefetched_samples():
     server = ReplayServer(max_sz=32, bs=16, alpha=1., seed=0)
     batch = nstep_batch(60)
     server.add(batch[:32], torch.ones(32))
-    first = server.sample()
-    second = server.sample()                       # prefetched before `first`'s update
+    first, second = server.sample_batches(2)       # one call draws both: `second` before `first`'s update
     server.add(batch[32:48], torch.ones(16))       # rewrites slots 0..15
     server.update_priorities(first.idxs, torch.full((16,), 7.))
     p, idxs = server.buffer.priorities, first.idxs.numpy()
@@ -67,6 +66,21 @@ def test_stale_rule_with_prefetched_samples():
     server.update_priorities(second.idxs, torch.full((16,), 3.))
     idxs = second.idxs.numpy()
     assert np.allclose(p[idxs[idxs < 16]], 1 + 1e-6) and np.allclose(p[idxs[idxs >= 16]], 3 + 1e-6)
+
+
+def test_feedback_of_several_batches_in_one_call_is_feedback_one_after_another():
+    "The learner sends the priorities of a set of batches concatenated: the buffer ends as if it had them batch by batch."
+    batch = nstep_batch(60)
+    servers = [ReplayServer(max_sz=24, bs=8, alpha=0.7, seed=1) for _ in range(2)]
+    for s in servers: s.add(batch[:24], torch.ones(24))
+    sets = [s.sample_batches(3) for s in servers]
+    for s in servers: s.add(batch[24:30], torch.full((6,), 2.))   # rewrites slots 0..5: stale for what was drawn there
+    tds = [torch.randn(8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    for b, td in zip(sets[0], tds): servers[0].update_priorities(b.idxs, td)
+    servers[1].update_priorities(torch.cat([b.idxs for b in sets[1]]), torch.cat(tds))
+    assert all(torch.equal(a.idxs, b.idxs) for a, b in zip(*sets))   # same seed, same draws
+    np.testing.assert_array_equal(servers[0].buffer.priorities, servers[1].buffer.priorities)
+    assert min(s.buffer.prioritizer.stale_dropped for s in servers) > 0   # counted per update call, so only both > 0
 
 
 def test_ray_run_survives_a_killed_actor():
