@@ -13,16 +13,17 @@ one, and Q-values and action gaps on 1,024 stored states.
     python benchmarks/learning.py --seeds 10 --jobs 2
     python benchmarks/learning.py --env Acrobot-v1 --steps 50000 --full --replay per
 """
-import argparse, ast, copy, sys, time
+import argparse, ast, copy, inspect, sys, time
 from multiprocessing import Pool
 import gymnasium as gym
 import numpy as np
 import torch
 from fastrl_per.learner import Learner
-from fastrl_per.train import evaluate_greedily, greedy_returns
+from fastrl_per.train import evaluate_greedily, greedy_returns, train, evaluate
 
-EVAL_EVERY, EVAL_EPISODES, EVAL_SEED = 2_500, 5, 1_000_000_000  # `fastrl_per train`'s evaluation defaults
-FINAL_EPISODES, FINAL_SEED = 10, 10_000                          # `fastrl_per evaluate`'s defaults
+def default(func, name): return inspect.signature(func).parameters[name].default
+EVAL_EVERY, EVAL_EPISODES, EVAL_SEED = (default(train, k) for k in ('eval_every', 'eval_episodes', 'eval_seed'))   # `fastrl_per train`'s
+FINAL_EPISODES, FINAL_SEED = default(evaluate, 'episodes'), default(evaluate, 'seed')                              # `fastrl_per evaluate`'s
 
 def q_stats(learner) -> dict:
     "Mean of the largest Q-value and of the gap between the two best actions over 1,024 stored states."
@@ -31,7 +32,7 @@ def q_stats(learner) -> dict:
     return dict(q_max=float(q[:, 0].mean()), q_gap=float((q[:, 0] - q[:, 1]).mean()))
 
 def run(args):
-    env, replay, seed, steps, threshold, full, kwargs = args
+    env, replay, seed, steps, threshold, full, eval_episodes, kwargs = args
     torch.set_num_threads(1)
     learner = Learner(env, replay=replay, seed=seed, total_steps=steps, **kwargs)
     start, solved_at, peak, losses = time.process_time(), None, -np.inf, []
@@ -39,7 +40,7 @@ def run(args):
     evaluated_at = None
     def evaluate(frame, recent):
         nonlocal best_score, best_model, next_eval, evaluated_at
-        score, next_eval, evaluated_at = evaluate_greedily(learner, EVAL_EPISODES, EVAL_SEED), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
+        score, next_eval, evaluated_at = evaluate_greedily(learner, eval_episodes, EVAL_SEED), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
         if score >= best_score: best_score, best_model = score, copy.deepcopy(learner.model.state_dict())
         print(f"seed {seed} {replay}: step {frame:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
     recent = -np.inf
@@ -71,6 +72,7 @@ def main():
     p.add_argument('--full', action='store_true', help='train the whole budget instead of stopping once solved')
     p.add_argument('--jobs', type=int, default=2, help='runs in parallel (one CPU thread each)')
     p.add_argument('--replay', nargs='+', default=['per', 'uniform'])
+    p.add_argument('--eval-episodes', type=int, default=EVAL_EPISODES, help=f"greedy episodes per evaluation during training (train's default: {EVAL_EPISODES})")
     p.add_argument('--stop-after', type=int, default=None, metavar='K', help='stop once K runs have not solved (a setting that clearly fails)')
     p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
                    help="Learner arguments other than the defaults, e.g. --set n_step=3 dueling=True (values read as Python literals)")
@@ -78,7 +80,7 @@ def main():
     print(f"command: python {' '.join(sys.argv)}\n")
     threshold = gym.spec(args.env).reward_threshold if args.solved is None else args.solved
     kwargs = {k: ast.literal_eval(v) for k, v in (kv.split('=', 1) for kv in args.set)}
-    jobs = [(args.env, r, s, args.steps, threshold, args.full, kwargs) for s in range(args.first_seed, args.first_seed + args.seeds) for r in args.replay]
+    jobs = [(args.env, r, s, args.steps, threshold, args.full, args.eval_episodes, kwargs) for s in range(args.first_seed, args.first_seed + args.seeds) for r in args.replay]
     results = []
     with Pool(args.jobs) as pool:
         for r in pool.imap_unordered(run, jobs):  # each run as it finishes, so a stopped run still reports

@@ -39,7 +39,7 @@ from fastrl_per.per import PrioritizedReplayBuffer
 ENV = 'CartPole-v1'
 GOAL = 1.1
 # Learner's defaults, spelled out so the loop uses the very same numbers
-CONFIG = dict(bs=128, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.005, n_step=3,
+CONFIG = dict(bs=128, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.01, n_step=3,
               eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, layer_norm=True, max_grad_norm=10.)
 
 

@@ -3,7 +3,7 @@ paths, and Stable-Baselines3's DQN set to the same work, measured side by side i
 
 All three: CartPole-v1 at `fastrl_per train`'s defaults, 3-step returns, one update of batch 128 per
 stored transition, a 128×128 ReLU MLP (ours with LayerNorm in both hidden layers, SB3's without), Adam at 5e-4, γ 0.99, replay of 50,000, a soft target update
-with τ 0.005 after every update, gradient-norm clipping at 10, smooth-L1 loss, epsilon from 1.0 to
+with τ 0.01 after every update, gradient-norm clipping at 10, smooth-L1 loss, epsilon from 1.0 to
 0.01 (SB3: its `n_steps=3` replay). Differences that remain (and make SB3's
 work *smaller*, not larger): SB3's DQN has no prioritized replay (ours samples from the sum tree,
 weights the loss and writes priorities back) and no double-DQN target (ours runs one more forward

@@ -49,7 +49,7 @@ class Learner:
                  beta:float=0.4, # importance-sampling exponent at the start
                  eps:float=1e-6, # added to |TD error|
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
-                 tau:float|None=0.005, # soft target update rate per update
+                 tau:float|None=0.01, # soft target update rate per update
                  double:bool=True, # double DQN targets
                  eps_start:float=1.0, # exploration at the start
                  eps_end:float=0.01, # exploration after the decay
