@@ -15,6 +15,9 @@ runs end a few calls' worth of updates short: the learner stops when the actors 
 delivered the budget). Peak memory: the peak resident set of the
 learner's process; for Ray, plus the peaks of the actor and replay processes.
 
+The GIL's cost to the background collector: CPU and wall time per update of the learner's
+thread alone and beside a thread that steps CartPole every millisecond.
+
 Replay capacity: µs per `add` of 64 transitions (with their priorities) and per sample of 256
 plus its priority update, on a `ReplayServer` in this process and through a Ray actor handle.
 
@@ -111,6 +114,32 @@ def capacity(repeats=300):
     finally: ray.shutdown()
     return rows
 
+def gil_cost(updates=2000):
+    "CPU and wall µs per update of the learner thread alone, and beside a thread stepping CartPole with its agent every ms (sleeping in between, as PadStep does)."
+    import threading
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from overhead import HandLoop
+    from fastrl_per.envs import EnvRun
+    from fastrl_per.dqn import EpsilonGreedy, QNetwork
+    torch.set_num_threads(1)
+    loop = HandLoop(0, 20_000)
+    loop.fit(2_000)
+    def timed():
+        w, c = time.perf_counter(), time.thread_time()
+        for _ in range(updates): loop.update()
+        return 1e6 * (time.thread_time() - c) / updates, 1e6 * (time.perf_counter() - w) / updates
+    alone, stop = timed(), threading.Event()
+    def step():
+        env, agent = EnvRun('CartPole-v1', 1, 0), EpsilonGreedy(QNetwork(4, 2, layer_norm=True), 2, 0.1, 0.1, 1, seed=0)
+        while not stop.is_set():
+            time.sleep(PAD_S)
+            env.step(agent)
+    worker = threading.Thread(target=step)
+    worker.start()
+    try: beside = timed()
+    finally: stop.set(); worker.join()
+    return alone, beside
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--steps', type=int, default=3_000, help='env steps per mode')
@@ -134,5 +163,8 @@ def main():
             print(f"| {env_id} | {names[mode]} | {sps:.0f} | {ups:.0f} | {r['updates'] / r['env_steps']:.2f} | {sps / base:.2f}x | {r['peak_mb']:.0f} |", flush=True)
     print("\n| replay | µs per add of 64 | µs per sample of 256 + update |\n|---|---:|---:|")
     for name, add, su in capacity(): print(f"| {name} | {add:.0f} | {su:.0f} |")
+    (cpu0, wall0), (cpu1, wall1) = gil_cost()
+    print("\n| learner thread, per update (HandLoop.update, batch 128) | CPU µs | wall µs |\n|---|---:|---:|")
+    print(f"| alone | {cpu0:.0f} | {wall0:.0f} |\n| beside a thread stepping CartPole every {PAD_S * 1e3:g} ms | {cpu1:.0f} ({cpu1 / cpu0 - 1:+.0%}) | {wall1:.0f} ({wall1 / wall0 - 1:+.0%}) |")
 
 if __name__ == '__main__': main()
