@@ -15,11 +15,11 @@ runs end a few calls' worth of updates short: the learner stops when the actors 
 delivered the budget). Peak memory: the peak resident set of the
 learner's process; for Ray, plus the peaks of the actor and replay processes.
 
-The GIL's cost to the background collector: CPU and wall time per update of the learner's
-thread alone and beside a thread that steps CartPole every millisecond.
-
 Replay capacity: µs per `add` of 64 transitions (with their priorities) and per sample of 256
 plus its priority update, on a `ReplayServer` in this process and through a Ray actor handle.
+
+The GIL's cost to the background collector: CPU and wall time per update of the learner's
+thread alone and beside a thread that steps CartPole every millisecond.
 
     python benchmarks/scale.py --steps 3000
 """
