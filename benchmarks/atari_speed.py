@@ -54,8 +54,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from fastrl_per.atari import atari_defaults
 from fastrl_per.conv import NatureQNetwork
@@ -64,10 +62,9 @@ from fastrl_per.dqn import EpsilonGreedy, adam, discrete_env_dims
 from fastrl_per.envs import EnvRun
 from fastrl_per.frames import FrameStorage, PrioritizedFrameReplayBuffer
 from fastrl_per.learner import Learner
-from fastrl_per.nstep import nstep_discount
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import alternate  # noqa: E402   (turns of equal load, shared with the CartPole benchmarks)
+from overhead import alternate, hand_update  # noqa: E402   (turns of equal load and the plain loop's update, shared with the CartPole benchmarks)
 
 STACK, SIDE, BS, GOAL = 4, 84, 32, 1.5
 ENV, PIPELINE_GOAL, CHECK_STEPS = 'ALE/Pong-v5', 1.1, 300
@@ -170,18 +167,10 @@ class HandLoop:
     def update(self) -> dict:
         c, model = self.c, self.model
         b = self.buf.sample()
-        q = model(b.state).gather(-1, b.action.long().unsqueeze(-1)).squeeze(-1)
-        with torch.no_grad():
-            a_star = model(b.next_state).argmax(-1, keepdim=True)
-            y = b.reward + nstep_discount(b, c['gamma']) * self.target(b.next_state).gather(-1, a_star).squeeze(-1) * (~b.terminated)
-        loss = (F.smooth_l1_loss(q, y, reduction='none') * b.weights).mean()
-        for p in self.params: p.grad = None
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.params, c['max_grad_norm'])
-        self.opt.step()
+        loss, td = hand_update(model, self.target, self.params, self.opt, b, c['gamma'], c['max_grad_norm'])
         self.updates += 1
         if self.updates % c['target_every'] == 0: self.target.load_state_dict(model.state_dict())
-        self.buf.update_priorities(b.idxs, (y - q.detach()).abs())
+        self.buf.update_priorities(b.idxs, td.abs())
         self.buf.anneal_beta(min(1., self.updates / self.planned))
         return dict(loss=loss.item(), epsilon=self.agent.epsilon, beta=self.buf.beta, weight=b.weights.mean().item(), frame=self.frames)
 

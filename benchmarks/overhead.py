@@ -43,6 +43,21 @@ CONFIG = dict(bs=128, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, e
               eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, layer_norm=True, max_grad_norm=10.)
 
 
+def hand_update(model, target, params, opt, b, gamma, max_grad_norm):
+    """One DQN update written out as a plain loop would: the double-DQN n-step target, the importance-weighted smooth L1
+    loss, gradients set to None, backward, norm clipping, the optimiser step. The loss and the TD errors (detached)."""
+    with torch.no_grad():
+        a_star = model(b.next_state).argmax(-1, keepdim=True)
+        y = b.reward + nstep_discount(b, gamma) * target(b.next_state).gather(-1, a_star).squeeze(-1) * (~b.terminated)
+    q = model(b.state).gather(-1, b.action.long().unsqueeze(-1)).squeeze(-1)
+    loss = (F.smooth_l1_loss(q, y, reduction='none') * b.weights).mean()
+    for p in params: p.grad = None
+    loss.backward()
+    nn.utils.clip_grad_norm_(params, max_grad_norm)
+    opt.step()
+    return loss, (y - q).detach()
+
+
 class HandLoop:
     "DQN with prioritized replay as one plain loop (cleanrl style): the same work as `Learner`."
     def __init__(self, seed, total_steps):
@@ -76,18 +91,9 @@ class HandLoop:
         return rows
 
     def update(self):
-        c, model, target = self.c, self.model, self.target
+        c = self.c
         b = self.buf.sample(c['bs'])
-        with torch.no_grad():
-            a_star = model(b.next_state).argmax(-1, keepdim=True)
-            y = b.reward + nstep_discount(b, c['gamma']) * target(b.next_state).gather(-1, a_star).squeeze(-1) * (~b.terminated)
-        q = model(b.state).gather(-1, b.action.long().unsqueeze(-1)).squeeze(-1)
-        td = (y - q).detach()
-        loss = (F.smooth_l1_loss(q, y, reduction='none') * b.weights).mean()
-        for p in self.params: p.grad = None
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.params, c['max_grad_norm'])
-        self.opt.step()
+        loss, td = hand_update(self.model, self.target, self.params, self.opt, b, c['gamma'], c['max_grad_norm'])
         self.updates += 1
         self.soft_update()
         self.buf.update_priorities(b.idxs, td.abs())
