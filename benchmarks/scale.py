@@ -1,9 +1,10 @@
 """Scaling out on this machine: env steps and learner updates per second for (a) the
-single-process Learner, (b) the Learner fed by the background AsyncCollector, (c) Ape-X on a
-local Ray with 1 and 2 actors; then the replay actor's capacity.
+single-process Learner, (b) the Learner fed by the AsyncCollector, its worker in a process
+(the default) or a thread, (c) Ape-X on a local Ray with 1 and 2 actors; then the replay
+actor's capacity.
 
 Every mode runs the same DQN at one update per env step (batch 64) for `--steps` env steps,
-timed after start-up (Ray's start and the actors' imports are not counted), each in a fresh
+timed after start-up (Ray's start, the actors' and the collector's worker's imports are not counted), each in a fresh
 process so that its peak memory is its own. It runs on plain CartPole-v1 and Acrobot-v1, whose
 steps (~10 and ~50 µs) cost far less than an update (~1 ms), and on
 "PaddedCartPole-v1": CartPole-v1 behind `PadStep`, a wrapper that sleeps so that each step
@@ -13,7 +14,8 @@ would). Ratios are against (a) on the same env in the same run; the
 updates per env step column shows that every mode does the same work per env step (Ray's
 runs end a few calls' worth of updates short: the learner stops when the actors have
 delivered the budget). Peak memory: the peak resident set of the
-learner's process; for Ray, plus the peaks of the actor and replay processes.
+learner's process; for Ray, plus the peaks of the actor and replay processes; for the
+collector's worker process, plus its peak.
 
 Replay capacity: µs per `add` of 64 transitions (with their priorities) and per sample of 256
 plus its priority update, on a `ReplayServer` in this process and through a Ray actor handle.
@@ -49,18 +51,25 @@ def peak_mb(pid=None) -> float:
     with open(f'/proc/{pid}/status') as f:
         return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
 
-def run_learner(env_id, steps, collector):
+def run_learner(env_id, steps, method=None):
+    "The single-process Learner, or (`method` 'process' or 'thread') fed by an AsyncCollector with its worker there."
     from fastrl_per.learner import Learner
     from fastrl_per.pipes import UnbatchSteps
     from fastrl_per.collect import AsyncCollector, Publish
     learner = Learner(env_id, seed=0, total_steps=steps, bs=64)
-    if collector:   # the learner's steps come from the collector, which gets the weights every 50 updates
-        source = AsyncCollector(env_id, learner.model, seed=0, n=steps)
+    if method:   # the learner's steps come from the collector, which gets the weights every 50 updates
+        source = AsyncCollector(env_id, learner.model, seed=0, n=steps, method=method, setup=register_padded)
         learner.episodes.source_datapipe = UnbatchSteps(source)
         learner.pipe = Publish(learner.pipe, source, learner.model, every=50)
+        source.start(); source.receive()   # the worker's start-up (a process imports torch) is not timed, as Ray's is not
     start = time.perf_counter()
     updates = sum(1 for _ in learner.iterate(steps))
-    return dict(seconds=time.perf_counter() - start, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak_mb())
+    seconds, peak = time.perf_counter() - start, peak_mb()
+    if method:
+        worker = source.stream[2]   # the worker's process (None for a thread)
+        if worker is not None: peak += peak_mb(worker.pid)
+        source.close()
+    return dict(seconds=seconds, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak)
 
 def run_apex(env_id, steps, actors):
     import ray
@@ -80,8 +89,8 @@ def one(mode, env_id, steps):
     "Run one mode in this process; its numbers as a dict."
     torch.set_num_threads(1)
     register_padded()
-    if mode == 'single': return run_learner(env_id, steps, collector=False)
-    if mode == 'async': return run_learner(env_id, steps, collector=True)
+    if mode == 'single': return run_learner(env_id, steps)
+    if mode in ('process', 'thread'): return run_learner(env_id, steps, method=mode)
     return run_apex(env_id, steps, actors=int(mode[-1]))
 
 def capacity(repeats=300):
@@ -148,8 +157,9 @@ def main():
     if args.one:
         print(json.dumps(one(*args.one, args.steps)))
         return
-    modes = ['single', 'async', 'ray1', 'ray2']
-    names = {'single': '(a) single process', 'async': '(b) async collector', 'ray1': '(c) Ray, 1 actor', 'ray2': '(c) Ray, 2 actors'}
+    modes = ['single', 'process', 'thread', 'ray1', 'ray2']
+    names = {'single': '(a) single process', 'process': '(b) collector, worker process', 'thread': '(b) collector, worker thread',
+             'ray1': '(c) Ray, 1 actor', 'ray2': '(c) Ray, 2 actors'}
     print(f"{args.steps} env steps per mode, one update per env step (batch 64), this machine: {os.cpu_count()} CPUs\n")
     print(f"| env | mode | env steps/s | updates/s | updates / env step | env steps/s vs (a) | peak MB |\n|---|---|---:|---:|---:|---:|---:|")
     for env_id in ('CartPole-v1', 'Acrobot-v1', 'PaddedCartPole-v1'):

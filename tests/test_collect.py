@@ -1,5 +1,5 @@
-"The background collector with real CartPole: episode boundaries, policy versions, clean stops, the stale rule under concurrency, learning."
-import threading, time
+"The background collector with real CartPole: episode boundaries, policy versions, its worker's life and failures, the stale rule under concurrency, learning."
+import gc, multiprocessing, os, signal, threading, time
 import numpy as np
 import pytest
 import torch
@@ -10,17 +10,21 @@ from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.collect import AsyncCollector, Publish
 
 
-def wait_for_threads(count, seconds=5.):
-    "Wait until only `count` threads run (the worker's end is asynchronous); the count reached."
+def wait_for(count, running, seconds=10.):
+    "Wait until `running()` is down to `count` (a worker's end is asynchronous, and its queues' threads end when they are collected); the count reached."
     deadline = time.monotonic() + seconds
-    while threading.active_count() > count and time.monotonic() < deadline: time.sleep(0.02)
-    return threading.active_count()
+    while running() > count and time.monotonic() < deadline: gc.collect(); time.sleep(0.02)
+    return running()
+
+def processes(): return len(multiprocessing.active_children())
 
 
 def test_transitions_at_episode_boundaries_match_the_synchronous_stepper():
     "Each sub-env's rows chain state to next state within an episode; an episode's end is followed by step 1 of the next (autoreset rows left out)."
     net = QNetwork(4, 2)
-    ours = list(AsyncCollector('CartPole-v1', net, seed=3, nenvs=2, eps_start=1., eps_end=1., n=150))
+    collector = AsyncCollector('CartPole-v1', net, seed=3, nenvs=2, eps_start=1., eps_end=1., n=150)
+    ours = list(collector)
+    collector.close()
     singles = [s for b in ours for s in b]
     ends = [s for s in singles if s.terminated or s.truncated]
     assert len(ends) >= 2
@@ -38,7 +42,7 @@ def test_transitions_at_episode_boundaries_match_the_synchronous_stepper():
 def test_versions_grow_and_tag_what_each_version_chose():
     torch.manual_seed(0)
     net = QNetwork(4, 2)
-    collector = AsyncCollector('CartPole-v1', net, seed=0, eps_start=0., eps_end=0., prefetch=1)
+    collector = AsyncCollector('CartPole-v1', net, seed=0, eps_start=0., eps_end=0., chunk=1)
     stream, seen = iter(collector), []
     for version in range(1, 6):
         with torch.no_grad(): net[-1].bias.copy_(torch.tensor([1., -1.]) * (1 if version % 2 else -1) * 100)
@@ -47,27 +51,74 @@ def test_versions_grow_and_tag_what_each_version_chose():
             b = next(stream)
             seen.append(b.version)
             if b.version == version: assert int(b.action) == (0 if version % 2 else 1)   # greedy on that version's bias
-    stream.close()
+    collector.close()
     assert seen == sorted(seen) and seen[-1] == 5
     with pytest.raises(ValueError, match='must grow'): collector.publish(net.state_dict(), 5)
 
 
+@pytest.mark.parametrize('method', ['process', 'thread'])
 @pytest.mark.parametrize('how', ['close', 'break', 'exhaust', 'error'])
-def test_worker_thread_stops_with_the_consumer(how):
-    before = threading.active_count()
-    collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, prefetch=3, n=None if how != 'exhaust' else 7)
+def test_the_worker_outlives_its_consumers_until_closed(method, how):
+    "However a consumer stops, the worker goes on with the same episodes for the next; `close()` ends it, then a new worker starts afresh."
+    children = wait_for(0, processes)              # earlier tests' workers may still be ending
+    gc.collect()
+    threads = threading.active_count()
+    collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, chunk=3, method=method, n=7 if how == 'exhaust' else None)
     stream = iter(collector)
     if how == 'close':
-        next(stream); stream.close()
+        first = [next(stream)]; stream.close()
     elif how == 'break':
-        for i, _ in enumerate(collector):
-            if i == 5: break
+        first = []
+        for b in collector:
+            first.append(b)
+            if len(first) == 5: break
     elif how == 'exhaust':
-        assert len(list(stream)) == 7
+        first = list(stream)
+        assert len(first) == 7
     else:
+        first = []
         with pytest.raises(ZeroDivisionError):
-            for b in collector: 1 / 0
-    assert wait_for_threads(before) == before
+            for b in collector: first.append(b); 1 / 0
+    collector.n = 4
+    after = list(collector)
+    assert torch.equal(after[0].state, first[-1].next_state) or bool(first[-1].terminated or first[-1].truncated)
+    assert collector.steps == len(first) + 4
+    assert (processes(), threading.active_count()) > (children, threads)
+    collector.close()
+    assert wait_for(children, processes) <= children and wait_for(threads, threading.active_count) <= threads
+    kept = len(collector.ready)
+    again = list(collector)          # a new worker: the kept batches first, then fresh episodes
+    assert int(again[kept].step_n) == 1 if kept < 4 else kept >= 4
+    collector.close()
+
+
+def failing_setup(): raise ValueError("no such simulator here")
+
+def test_a_killed_worker_process_is_an_error_not_a_hang_and_the_next_iterator_starts_another():
+    collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, chunk=2)
+    stream = iter(collector)
+    next(stream)
+    os.kill(collector.stream[2].pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match='exit code -9'):
+        for _ in range(1_000): next(stream)
+    assert time.monotonic() - started < 10
+    collector.ready.clear()
+    collector.n = 3
+    assert len(list(collector)) == 3       # a new worker
+    collector.close()
+
+
+def test_an_error_in_the_worker_reaches_the_consumer():
+    collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, method='thread', setup=failing_setup)
+    with pytest.raises(ValueError, match='no such simulator'): next(iter(collector))
+    assert collector.stream is None
+
+
+@pytest.mark.parametrize('bad, match', [(dict(method='fork'), "'fork'"), (dict(chunk=0), 'chunk'), (dict(env_id='NoSuchEnv-v0'), 'NoSuchEnv')])
+def test_bad_arguments_are_refused_by_name(bad, match):
+    args = dict(env_id='CartPole-v1', model=QNetwork(4, 2)) | bad
+    with pytest.raises(ValueError, match=match): AsyncCollector(**args)
 
 
 def test_stale_updates_dropped_while_a_collector_thread_writes():
@@ -95,6 +146,7 @@ def test_stale_updates_dropped_while_a_collector_thread_writes():
         assert np.allclose(buf.priorities[fresh.idxs.numpy()], 50 + buf.eps)
     finally:
         stop.set(); writer.join(10)
+        collector.close()
     assert not writer.is_alive()
 
 
@@ -106,6 +158,7 @@ def test_training_with_the_collector_learns():
     learner.episodes.source_datapipe = UnbatchSteps(collector)    # where the learner's steps come from
     learner.pipe = Publish(learner.pipe, collector, learner.model, every=20)
     rows = learner.fit(2_500)
+    collector.close()
     returns = [r for _, r in learner.episodes.returns]
     assert len(rows) == 2_500 - 63 and collector.version >= 100
     assert np.mean(returns[:10]) < 40 and np.mean(returns[-10:]) > 60, returns
