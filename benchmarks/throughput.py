@@ -17,7 +17,9 @@ from whatever else shares the machine. Then the update alone: `--updates` update
 (`HandLoop.update`: sample, TD target, loss, backward, Adam, soft update, priority write-back,
 beta) against SB3's `train(gradient_steps=1)` + its `polyak_update`, alternating the same way.
 CPU time is `time.process_time()`; torch runs on one thread. The table gives medians over
-`--repeats` repeats.
+`--repeats` repeats. Last, what the rest of a step costs the update itself: `hand_update` on batches
+sampled beforehand, alone and with one small numpy call or the buffer's own sample between
+two updates (each of which costs a few µs alone).
 
     .venv/bin/python benchmarks/throughput.py [--repeats 3] [--warmup 5000] [--frames 3000] [--block 500] [--updates 2000]
 """
@@ -25,13 +27,14 @@ import argparse
 import shlex
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from overhead import CONFIG, ENV, HandLoop, alternate, check_same_work, pipeline  # noqa: E402
+from overhead import CONFIG, ENV, HandLoop, alternate, check_same_work, hand_update, pipeline  # noqa: E402
 
 GOALS = dict(steps=1.0, sb3_update=0.6, loop=1.1)
 
@@ -71,6 +74,28 @@ def one_repeat(seed, warmup, frames, block, updates):
     return {k: 1000 * cpu / frames for k, (_, cpu, _) in steps.items()}, {k: 1e3 * cpu / updates for k, (_, cpu, _) in upd.items()}
 
 
+def update_beside(seed, warmup, updates):
+    """CPU µs per `hand_update` (targets, loss, backward, clip, Adam: no replay calls) on batches sampled beforehand, then
+    with one small numpy call, or the buffer's own sample, run between two updates: what the rest of a step costs the update."""
+    import numpy as np
+    loop = HandLoop(seed, 30_000)
+    loop.fit(warmup)
+    c, rng = loop.c, np.random.default_rng(seed)
+    batches = [loop.buf.sample(c['bs']) for _ in range(updates)]
+    def timed(between, with_update=True):
+        start = time.process_time()
+        for b in batches:
+            x = between()
+            if with_update: hand_update(loop.model, loop.target, loop.params, loop.opt, x if x is not None else b, c['gamma'], c['max_grad_norm'])
+        return 1e6 * (time.process_time() - start) / updates
+    rows = []
+    for name, between in (('nothing', lambda: None), ('`rng.integers(0, 1000, 128)`', lambda: (rng.integers(0, 1000, 128), None)[1]),
+                          ("the buffer's `sample` (its batch is the one trained on)", lambda: loop.buf.sample(c['bs']))):
+        timed(between)   # warm
+        rows.append((name, timed(between), timed(between, with_update=False)))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--repeats', type=int, default=3)
@@ -106,6 +131,10 @@ def main(argv=None):
     for name, v, goal, unit in ratios:
         verdict = '' if goal is None else f"≤ {goal}{unit}: {'met' if v <= goal else 'MISSED'}"
         print(f"| {name} | {v:.2f}{unit} | {verdict} |")
+    rows = update_beside(args.seed, args.warmup, args.updates)
+    print("\n| between two updates | CPU µs per update + it | CPU µs of it alone | the update's extra |")
+    print("|---|--:|--:|--:|")
+    for i, (name, both, alone) in enumerate(rows): print(f"| {name} | {both:.0f} | {alone:.1f} | {f'{both - alone - rows[0][1]:+.0f}' if i else ''} |")
 
 
 if __name__ == '__main__':
