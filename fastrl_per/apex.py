@@ -200,7 +200,7 @@ class ApexRun:
         self.target_model = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm).requires_grad_(False)
         self.target_model.load_state_dict(self.model.state_dict())
         self.optimizer = adam(self.model, lr)
-        self.agent = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay, seed=seed)   # the least exploring actor's schedule
+        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay, seed=seed)   # the least exploring actor's schedule: the metrics' exploration
         self.episodes = EpisodeReturns(())   # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.replay = ReplayClient(beta, timeout)
         self.replay_state = ReplayServer(max_sz, bs, alpha, beta, eps, seed).state_dict()   # the buffer while no replay actor holds it

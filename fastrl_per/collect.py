@@ -30,7 +30,7 @@ class PolicyCopy:
                  end:float=0.01, # epsilon after `decay_steps` steps
                  decay_steps:int=5_000, # env steps over which epsilon falls linearly
                  seed:int|None=None): # seeds the exploration
-        self.model = deepcopy(model).requires_grad_(False)
+        self.model = deepcopy(model).cpu().requires_grad_(False)   # acting runs on the CPU, wherever the learner trains
         self.agent = EpsilonGreedy(self.model, n_actions, start, end, decay_steps, seed=seed)
         self.version, self.pending, self.lock = 0, None, threading.Lock()
 
@@ -42,7 +42,7 @@ class PolicyCopy:
         with self.lock:
             latest = self.latest()[1]
             if version <= latest: raise ValueError(f"published versions must grow: got {version} after {latest}")
-            self.pending = ({k: v.detach().clone() for k, v in weights.items()}, version)
+            self.pending = ({k: v.detach().to('cpu', copy=True) for k, v in weights.items()}, version)
 
     def latest(self) -> tuple[dict, int]:
         "The newest weights and their version, pending or taken (call holding `lock`)."
@@ -89,13 +89,15 @@ class StepWorker:
                  seed:int, # seeds the envs
                  nenvs:int, # sub-envs stepped together
                  chunk:int, # batches stepped per call
-                 setup=None): # called once where the worker runs, before its envs are made
+                 setup=None, # called once where the worker runs, before its envs are made
+                 own_process:bool=False): # it runs in a process of its own, which leaves Ctrl-C to the learner's
         self.env_id, self.policy, self.seed, self.nenvs, self.chunk, self.setup = env_id, policy, seed, nenvs, chunk, setup
-        self.batches = None   # made on the first call, in the worker: envs live where they are stepped
+        self.own_process, self.batches = own_process, None   # the envs are made on the first call, in the worker: they live where they are stepped
 
     def __call__(self, weights:tuple|None) -> tuple[list, dict]:
         "Take `(weights, version)` if given, then step `chunk` batches, each tagged with the version that acted; they come with the exploration's state after them."
         if self.batches is None:
+            if self.own_process: signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the learner's process stops the run
             if self.setup is not None: self.setup()
             self.batches = iter(GymStepper([self.env_id], agent=self.policy, seed=self.seed, nenvs=self.nenvs))
         if weights is not None: self.policy.publish(*weights)
@@ -148,7 +150,8 @@ class AsyncCollector(StepPipe):
     def start(self):
         "Start the worker: its envs are seeded from `seed + steps`, its policy is the record's."
         stop = threading.Event()
-        with self.policy.lock: worker, self.outbox = StepWorker(self.env_id, deepcopy(self.policy), self.seed + self.steps, self.nenvs, self.chunk, self.setup), None
+        with self.policy.lock: policy, self.outbox = deepcopy(self.policy), None   # the pending weights travel with the copy
+        worker = StepWorker(self.env_id, policy, self.seed + self.steps, self.nenvs, self.chunk, self.setup, own_process=self.method == 'process')
         mapper = ParallelMapper(IterableWrapper(self.requests(stop)), worker, num_workers=1, in_order=False, method=self.method,
                                 multiprocessing_context='spawn' if self.method == 'process' else None, snapshot_frequency=0)
         before = set(multiprocessing.active_children())
@@ -173,6 +176,7 @@ class AsyncCollector(StepPipe):
             raise
 
     def keep(self, chunk:list, agent_state:dict):
+        "Queue a chunk's batches; the record's exploration state becomes the worker's after them."
         self.ready.extend(chunk)
         with self.policy.lock: self.policy.agent.load_state_dict(agent_state)
 
@@ -217,10 +221,10 @@ class AsyncCollector(StepPipe):
         if (state['env_id'], state['nenvs']) != (self.env_id, self.nenvs):
             raise ValueError(f"collector state of {state['env_id']!r} x{state['nenvs']}, this collector steps {self.env_id!r} x{self.nenvs}")
         seed, steps = check_int('seed', state['seed'], low=0), check_int('steps', state['steps'], low=0)
-        policy = deepcopy(self.policy)
-        policy.load_state_dict(state['policy'])   # checked on a copy first
+        deepcopy(self.policy).load_state_dict(state['policy'])   # checked on a copy first
         self.close()
-        self.policy, self.seed, self.steps, self.acting, self.ready = policy, seed, steps, policy.version, deque()
+        self.policy.load_state_dict(state['policy'])   # in place: a learner's metrics read its exploration
+        self.seed, self.steps, self.acting, self.ready = seed, steps, self.policy.version, deque()
 
     def __getstate__(self):   # pipe-graph traversal pickles stages: not the running worker
         return {k: v for k, v in self.__dict__.items() if k != 'stream'} | dict(stream=None)

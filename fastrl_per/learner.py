@@ -24,6 +24,7 @@ from .atari import is_atari, SignRewards
 from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from .conv import NatureQNetwork
 from .schedules import AnnealLR
+from .collect import AsyncCollector, Publish
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'Learner', 'upgrade_checkpoint']
@@ -63,13 +64,18 @@ class Learner:
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
                  warmup:int|None=None, # env steps stored before the first update; none: bs
-                 device:str='auto'): # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
+                 device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
+                 collector:str|None=None, # step the envs in a background worker acting with a copy of the network: 'process' or 'thread'; none: in the training loop
+                 publish_every:int=50): # updates between the network's weights reaching the collector's worker
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
+        if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
+        check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
         if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs, n_actions = discrete_env_dims(env_id, images=True)
         frames = isinstance(obs, tuple)  # stacks of uint8 frames: a conv network, each frame stored once
+        if frames and collector: raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: train it without --collector")
         check_int('max_sz', max_sz); check_int('bs', bs)
         self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
         if self.replay_nbytes > physical_memory():
@@ -78,7 +84,7 @@ class Learner:
         torch.manual_seed(seed)
         model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
-        steps = self.act(model, agent, lr, env_id, seed, envs, device)
+        steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
         if n_step > 1: steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)   # open windows carry over between fits
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
@@ -93,6 +99,7 @@ class Learner:
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
         if lr_end is not None: self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
+        if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
@@ -102,14 +109,17 @@ class Learner:
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
-    def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu'):
+    def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu', collector:str|None=None):
         "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
         self.device = pick_device(device)
         self.model, self.agent = model.to(self.device), agent
         self.target_model = deepcopy(self.model)
         self.optimizer = adam(model, lr)
-        self.budget = StepBudget()
-        self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
+        self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent   # explorer: the agent whose exploration the metrics and checkpoints follow
+        if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the greedy evaluations
+            self.collector = AsyncCollector(env_id, model, seed, envs, agent.start, agent.end, agent.decay_steps, method=collector)
+            self.explorer, self.stepper = self.collector.policy.agent, self.collector
+        else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
         return self.episodes
 
@@ -124,11 +134,11 @@ class Learner:
         if updates is not None:
             pipe = PriorityFeedback(pipe, self.replay, per_id=per_id)
             pipe = self.anneal = AnnealBeta(pipe, updates, buffer=self.replay)
-        self.pipe = TrainMetrics(pipe, self.agent, buffer=self.replay)
+        self.pipe = TrainMetrics(pipe, self.explorer, buffer=self.replay)
 
     def iterate(self, steps:int):
         "Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row (with `frame`) per update."
-        self.budget.grant(-(-check_int("steps", steps) // self.stepper.envs.nenvs))
+        self.budget.grant(-(-check_int("steps", steps) // self.nenvs))
         for row in self.pipe:
             row['frame'] = self.episodes.frames
             yield row
@@ -141,6 +151,12 @@ class Learner:
         "End the stream after the env step in progress (its rows are those of an uninterrupted run)."
         self.budget.stop()
 
+    def close(self):
+        "End the collector's worker, if there is one (a later `fit` starts another, with fresh episodes)."
+        if self.collector is not None: self.collector.close()
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.close()
+
 # %% ../nbs/06_learner.ipynb #79781261
 CHECKPOINT_VERSION = 3
 
@@ -150,24 +166,28 @@ def upgrade_checkpoint(state:dict) -> dict:
     config, learner = dict(state['config']), state.get('learner')
     if state['version'] == 2 and learner in ('Learner', 'ApexRun'): config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
     if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # a run from before the argument fetched one batch per call
+    if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
+        config.setdefault('collector', None); config.setdefault('publish_every', 50)
+    if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
     return dict(state, version=3, config=config)
-Learner.nstep = None  # the n-step stage, for learners that have one
+Learner.nstep = Learner.collector = None  # the n-step stage and the background collector, for learners that have them
 
 @patch
 def state_dict(self:Learner) -> dict:
     "Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would restart instead, None when they continue."
-    envs = self.stepper.state_dict() if isinstance(self.replay, ExperienceReplay) else None
-    why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
+    envs = self.stepper.state_dict() if isinstance(self.replay, ExperienceReplay) and self.collector is None else None
+    if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
+    else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
     return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
                 target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(),
-                replay=self.replay.state_dict(), agent=self.agent.state_dict(), frames=self.episodes.frames,
+                replay=self.replay.state_dict(), agent=self.explorer.state_dict(), frames=self.episodes.frames,
                 returns=list(self.episodes.returns), updates=self.target_update.steps, torch_rng=torch.get_rng_state(),
                 replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
                 nstep=None if self.nstep is None else self.nstep.state_dict(),
-                envs=None if why else envs, fresh_episodes=why)
+                envs=None if why else envs, fresh_episodes=why, collector=None if self.collector is None else self.collector.state_dict())
 
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns',
-              'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes'}
+              'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
 
 @patch
 def check_state(self:Learner, state:dict):
@@ -200,6 +220,8 @@ def check_state(self:Learner, state:dict):
     if self.nstep is not None: self.nstep.check_state(state['nstep'])
     if (state['envs'] is None) != bool(state['fresh_episodes']): raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
     if state['envs'] is not None: self.stepper.check_state(state['envs'])
+    if (state['collector'] is None) != (self.collector is None): raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
+    if self.collector is not None: deepcopy(self.collector).load_state_dict(state['collector'])   # checked on a copy: it raises, or fits
 
 @patch
 def load_state_dict(self:Learner, state:dict):
@@ -208,13 +230,14 @@ def load_state_dict(self:Learner, state:dict):
     self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
     self.optimizer.load_state_dict(deepcopy(state['optimizer']))   # torch keeps the given tensors: a copy, so two learners never share Adam's moments
     self.replay.load_state_dict(state['replay'])
-    self.agent.load_state_dict(state['agent'])
+    self.explorer.load_state_dict(state['agent'])
     self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
     self.target_update.steps = state['updates']
     if self.anneal is not None: self.anneal.steps = state['updates']
     if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
     if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
         self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None else dict(state['nstep'], windows={}))
-    if state['envs'] is None: self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
+    if self.collector is not None: self.collector.load_state_dict(state['collector'])   # its worker's envs start fresh episodes
+    elif state['envs'] is None: self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
     else: self.stepper.load_state_dict(state['envs'])
     torch.set_rng_state(state['torch_rng'])

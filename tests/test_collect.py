@@ -1,5 +1,6 @@
 "The background collector with real CartPole: episode boundaries, policy versions, its worker's life and failures, the stale rule under concurrency, learning."
-import gc, multiprocessing, os, signal, threading, time
+import gc, json, multiprocessing, os, signal, subprocess, sys, threading, time
+from pathlib import Path
 import numpy as np
 import pytest
 import torch
@@ -162,3 +163,53 @@ def test_training_with_the_collector_learns():
     returns = [r for _, r in learner.episodes.returns]
     assert len(rows) == 2_500 - 63 and collector.version >= 100
     assert np.mean(returns[:10]) < 40 and np.mean(returns[-10:]) > 60, returns
+
+
+COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
+
+def test_the_command_with_a_collector_stops_on_ctrl_c_of_its_process_group_and_resumes(tmp_path):
+    "`fastrl_per train --collector process`: Ctrl-C reaches the learner and its worker (one process group); the run saves, the worker ends, `--resume` finishes."
+    run = tmp_path / 'run'
+    flags = ['--checkpoint-every', '200', '--eval-every', '500', '--eval-episodes', '2', '--solved', '0', '--no-progress']
+    proc = subprocess.Popen([*COMMAND, 'train', '--collector', 'process', '--steps', '1500', '--out', str(run), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        try: steps = json.loads((run / 'run.json').read_text())['env_steps']
+        except (OSError, ValueError, KeyError): steps = 0
+        if steps >= 200: break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)   # what a terminal's Ctrl-C does
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and 'stopped by SIGINT' in stderr and 'Traceback' not in stderr, stderr
+    def group_alive():
+        try: os.killpg(proc.pid, 0)
+        except ProcessLookupError: return 0
+        return 1
+    assert wait_for(0, group_alive) == 0   # nothing of the run is left: its worker ended too
+    saved = torch.load(run / 'checkpoint.pt', weights_only=True)
+    assert saved['config']['collector'] == 'process' and saved['envs'] is None and saved['collector']['steps'] >= 200
+    resumed = subprocess.run([*COMMAND, 'train', '--resume', str(run), *flags], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed at step {saved['frames']}: the envs started fresh episodes" in resumed.stdout
+    frames = [int(line.split(',')[0]) for line in (run / 'metrics.csv').read_text().splitlines()[1:]]
+    assert frames == sorted(frames) and frames[-1] > 1500 - 3   # the last env steps may store no 3-step transition yet
+    assert torch.load(run / 'checkpoint.pt', weights_only=True)['frames'] == 1500
+
+
+def test_a_learner_with_a_collector_restores_its_record_and_refuses_a_checkpoint_without_one():
+    torch.set_num_threads(1)
+    config = dict(env_id='CartPole-v1', seed=0, total_steps=1_000, collector='thread', publish_every=10)
+    with Learner(**config) as first:
+        first.fit(400)
+        state = first.state_dict()
+    assert state['collector']['steps'] == 400 and state['collector']['policy']['version'] >= 20
+    with Learner(**config) as again:
+        again.load_state_dict(state)
+        assert (again.collector.steps, again.collector.published) == (400, state['collector']['policy']['version'])
+        assert again.explorer.state_dict() == state['agent'] and again.agent.model is again.model
+        assert len(again.fit(200)) > 150 and again.episodes.frames == 600
+        assert again.collector.version > state['collector']['policy']['version']   # the learner went on publishing
+    plain = Learner('CartPole-v1', seed=0, total_steps=1_000)
+    with pytest.raises(ValueError, match='collector state unexpected'): plain.load_state_dict(dict(state, config=plain.config))
+    assert plain.episodes.frames == 0 and plain.collector is None   # nothing was loaded
