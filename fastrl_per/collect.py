@@ -144,7 +144,7 @@ class AsyncCollector(StepPipe):
         _, n_actions = discrete_env_dims(env_id)
         self.env_id, self.seed, self.nenvs, self.chunk, self.method, self.setup, self.n = env_id, seed, nenvs, chunk, method, setup, n
         self.policy = PolicyCopy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)   # the record: newest weights, exploration state
-        self.steps, self.acting = 0, 0      # env steps handed out; the version that chose the last batch handed out
+        self.steps, self.version = 0, 0     # env steps handed out; the version that chose the last batch handed out
         self.ready, self.outbox, self.stream = deque(), None, None   # stepped, not yet handed out; weights not yet sent; the running worker
 
     def start(self):
@@ -188,7 +188,7 @@ class AsyncCollector(StepPipe):
                 self.receive()
             batch = self.ready.popleft()
             yielded += 1
-            self.steps, self.acting = self.steps + len(batch), batch.version
+            self.steps, self.version = self.steps + len(batch), batch.version
             yield batch
 
     def close(self):
@@ -204,8 +204,6 @@ class AsyncCollector(StepPipe):
         self.policy.publish(weights, version)
         with self.policy.lock: self.outbox = self.policy.pending
 
-    @property
-    def version(self) -> int: return self.acting
     @property
     def published(self) -> int:
         "The newest published version."
@@ -224,10 +222,10 @@ class AsyncCollector(StepPipe):
         deepcopy(self.policy).load_state_dict(state['policy'])   # checked on a copy first
         self.close()
         self.policy.load_state_dict(state['policy'])   # in place: a learner's metrics read its exploration
-        self.seed, self.steps, self.acting, self.ready = seed, steps, self.policy.version, deque()
+        self.seed, self.steps, self.version, self.ready = seed, steps, self.policy.version, deque()
 
     def __getstate__(self):   # pipe-graph traversal pickles stages: not the running worker
-        return {k: v for k, v in self.__dict__.items() if k != 'stream'} | dict(stream=None)
+        return dict(self.__dict__, stream=None)
 
 # %% ../nbs/12_collect.ipynb #a17c2755
 class Publish(IterDataPipe):
