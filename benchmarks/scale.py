@@ -1,6 +1,6 @@
 """Scaling out on this machine: env steps and learner updates per second for (a) the
-single-process Learner, (b) the Learner fed by the AsyncCollector, its worker in a process
-(the default) or a thread, (c) Ape-X on a local Ray with 1 and 2 actors; then the replay
+single-process Learner, (b) the Learner with its collector (`fastrl_per train --collector`), its
+worker in a process or a thread, (c) Ape-X on a local Ray with 1 and 2 actors; then the replay
 actor's capacity.
 
 Every mode runs the same DQN at one update per env step (batch 64) for `--steps` env steps,
@@ -51,24 +51,19 @@ def peak_mb(pid=None) -> float:
     with open(f'/proc/{pid}/status') as f:
         return next(int(line.split()[1]) for line in f if line.startswith('VmHWM')) / 1024
 
-def run_learner(env_id, steps, method=None):
-    "The single-process Learner, or (`method` 'process' or 'thread') fed by an AsyncCollector with its worker there."
+def run_learner(env_id, steps, collector=None):
+    "The Learner in one process, or with `collector` ('process' or 'thread'): `fastrl_per train --collector`'s learner, its defaults included."
     from fastrl_per.learner import Learner
-    from fastrl_per.pipes import UnbatchSteps
-    from fastrl_per.collect import AsyncCollector, Publish
-    learner = Learner(env_id, seed=0, total_steps=steps, bs=64)
-    if method:   # the learner's steps come from the collector, which gets the weights every 50 updates
-        source = AsyncCollector(env_id, learner.model, seed=0, n=steps, method=method, setup=register_padded)
-        learner.episodes.source_datapipe = UnbatchSteps(source)
-        learner.pipe = Publish(learner.pipe, source, learner.model, every=50)
-        source.start(); source.receive()   # the worker's start-up (a process imports torch) is not timed, as Ray's is not
-    start = time.perf_counter()
-    updates = sum(1 for _ in learner.iterate(steps))
-    seconds, peak = time.perf_counter() - start, peak_mb()
-    if method:
-        worker = source.stream[2]   # the worker's process (None for a thread)
+    with Learner(env_id, seed=0, total_steps=steps, bs=64, collector=collector) as learner:
+        source = learner.collector
+        if source:
+            source.setup = register_padded   # PaddedCartPole-v1 is registered at run time: in the worker too
+            source.start(); source.receive()   # the worker's start-up (a process imports torch) is not timed, as Ray's is not
+        start = time.perf_counter()
+        updates = sum(1 for _ in learner.iterate(steps))
+        seconds, peak = time.perf_counter() - start, peak_mb()
+        worker = source.stream[2] if source else None   # the worker's process (None for a thread)
         if worker is not None: peak += peak_mb(worker.pid)
-        source.close()
     return dict(seconds=seconds, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak)
 
 def run_apex(env_id, steps, actors):
@@ -90,7 +85,7 @@ def one(mode, env_id, steps):
     torch.set_num_threads(1)
     register_padded()
     if mode == 'single': return run_learner(env_id, steps)
-    if mode in ('process', 'thread'): return run_learner(env_id, steps, method=mode)
+    if mode in ('process', 'thread'): return run_learner(env_id, steps, collector=mode)
     return run_apex(env_id, steps, actors=int(mode[-1]))
 
 def capacity(repeats=300):
