@@ -34,6 +34,7 @@ def test_pong_observations_are_stacks_of_84x84_uint8_frames_shifting_by_one():
 @needs_ale
 def test_episode_boundaries_in_the_vector_env():
     envs = make_atari_vector_env('ALE/Pong-v5', nenvs=2, max_episode_steps=5)
+    envs.action_space.seed(0)   # the actions seeded as the reset is: random ones left the paddles still in about 1 run of 20, the frames then equal
     obs, _ = envs.reset(seed=0)
     for t in range(5):
         prev = obs
