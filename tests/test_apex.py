@@ -87,9 +87,9 @@ def test_ray_run_survives_a_killed_actor():
     "Two actors on a local Ray, a few hundred steps; actor 0 is killed mid-run: training goes on, the buffer's count only grows, the actor comes back."
     ray = pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
     torch.set_num_threads(1)
-    run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=30, num_cpus=2).start()
+    run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=60, num_cpus=2).start()   # a loaded machine starts actors slowly
     try:
-        before = ray_get(run.actors[0].collect.remote(None, 0, 1), 30, 'actor 0')['pid']
+        before = ray_get(run.actors[0].collect.remote(None, 0, 1), 60, 'actor 0')['pid']
         rows, counts, killed_at = [], [], None
         for row in run.iterate(400):
             rows.append(row)
@@ -175,8 +175,9 @@ def test_one_actor_runs_the_learners_algorithm():
     single = learner.fit(steps)
     with run: apex = run.fit(steps)
     assert not run.running
-    # what asynchrony changes: the actor steps ahead of the learner (a few calls of 50), so Ape-X makes somewhat fewer updates in the same steps
-    assert 0.75 * len(single) <= len(apex) <= len(single)
+    # what asynchrony changes: the actor steps ahead of the learner (a few calls of 50), so Ape-X makes somewhat fewer updates in the same steps;
+    # never more than one per env step that has reached the replay (replay_ratio 1), which it nears when a loaded machine slows the actor
+    assert 0.75 * len(single) <= len(apex) and all(r['update'] <= r['frame'] for r in apex)
     schedule = lambda frame: 1 - 0.99 * min(1., frame / 5_000)       # the Learner's 1 -> 0.01 decay over 5,000 env steps
     for rows in (single, apex): assert abs(rows[-1]['epsilon'] - schedule(rows[-1]['frame'])) <= 0.99 * 100 / 5_000   # within two calls of 50 steps
     assert 0.4 < apex[-1]['beta'] <= single[-1]['beta'] + 0.05      # both anneal over the planned updates; Ape-X, with fewer updates, no further
