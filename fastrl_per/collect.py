@@ -65,17 +65,21 @@ class PolicyCopy:
             weights, version = self.latest()
             return dict(version=version, model=deepcopy(weights), agent=deepcopy(self.agent.state_dict()))
 
-    def load_state_dict(self, state:dict):
-        "Restore `state_dict()`; a `ValueError` (and no change) if it does not fit."
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this policy; changes nothing."
         missing = {'version', 'model', 'agent'} - set(state)
         if missing: raise ValueError(f"policy state is missing {sorted(missing)}")
-        model = deepcopy(self.model)
-        try: model.load_state_dict(state['model'])
+        check_int('version', state['version'], low=0)
+        try: deepcopy(self.model).load_state_dict(state['model'])
         except RuntimeError as e: raise ValueError(f"policy weights do not fit the model: {e}") from e
+
+    def load_state_dict(self, state:dict):
+        "Restore `state_dict()`; a `ValueError` (and no change) if it does not fit."
+        self.check_state(state)
         with self.lock:
             self.model.load_state_dict(state['model'])
             self.agent.load_state_dict(state['agent'])
-            self.version, self.pending = check_int('version', state['version'], low=0), None
+            self.version, self.pending = state['version'], None
 
     def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}   # pipe-graph traversal pickles stages
     def __setstate__(self, state): self.__dict__.update(state); self.lock = threading.Lock()
@@ -212,17 +216,21 @@ class AsyncCollector(StepPipe):
     def state_dict(self) -> dict:
         return dict(env_id=self.env_id, seed=self.seed, nenvs=self.nenvs, steps=self.steps, policy=self.policy.state_dict())
 
-    def load_state_dict(self, state:dict):
-        "Restore `state_dict()`, ending a running worker; the envs continue with fresh episodes. A `ValueError` (and no change) if it does not fit."
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this collector; changes nothing."
         missing = {'env_id', 'seed', 'nenvs', 'steps', 'policy'} - set(state)
         if missing: raise ValueError(f"collector state is missing {sorted(missing)}")
         if (state['env_id'], state['nenvs']) != (self.env_id, self.nenvs):
             raise ValueError(f"collector state of {state['env_id']!r} x{state['nenvs']}, this collector steps {self.env_id!r} x{self.nenvs}")
-        seed, steps = check_int('seed', state['seed'], low=0), check_int('steps', state['steps'], low=0)
-        deepcopy(self.policy).load_state_dict(state['policy'])   # checked on a copy first
+        check_int('seed', state['seed'], low=0); check_int('steps', state['steps'], low=0)
+        self.policy.check_state(state['policy'])
+
+    def load_state_dict(self, state:dict):
+        "Restore `state_dict()`, ending a running worker; the envs continue with fresh episodes. A `ValueError` (and no change) if it does not fit."
+        self.check_state(state)
         self.close()
         self.policy.load_state_dict(state['policy'])   # in place: a learner's metrics read its exploration
-        self.seed, self.steps, self.version, self.ready = seed, steps, self.policy.version, deque()
+        self.seed, self.steps, self.version, self.ready = state['seed'], state['steps'], self.policy.version, deque()
 
     def __getstate__(self):   # pipe-graph traversal pickles stages: not the running worker
         return dict(self.__dict__, stream=None)

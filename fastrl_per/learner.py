@@ -221,7 +221,7 @@ def check_state(self:Learner, state:dict):
     if (state['envs'] is None) != bool(state['fresh_episodes']): raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
     if state['envs'] is not None: self.stepper.check_state(state['envs'])
     if (state['collector'] is None) != (self.collector is None): raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
-    if self.collector is not None: deepcopy(self.collector).load_state_dict(state['collector'])   # checked on a copy: it raises, or fits
+    if self.collector is not None: self.collector.check_state(state['collector'])
 
 @patch
 def load_state_dict(self:Learner, state:dict):
