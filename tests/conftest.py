@@ -1,4 +1,6 @@
-"Helpers shared by the test files: comparing buffer states before and after a call that must change nothing; training on one torch thread."
+"Helpers shared by the test files: comparing buffer states before and after a call that must change nothing; training on one torch thread; waiting on a real run."
+import json, time
+from pathlib import Path
 import numpy as np
 import pytest
 import torch
@@ -40,3 +42,13 @@ def assert_unchanged(before, obj):
     buf = getattr(obj, 'buffer', obj)
     assert_state_equal(state, buf.state_dict())
     if leaves is not None: assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"
+
+
+def wait_for_saved_steps(proc, run_dir, steps:int, seconds:float=300.):
+    "Wait until the run `proc` writes into `run_dir` has saved at least `steps` env steps in its run.json, has ended, or `seconds` have passed."
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        try: saved = json.loads((Path(run_dir) / 'run.json').read_text())['env_steps']
+        except (OSError, ValueError, KeyError): saved = 0
+        if saved >= steps: return
+        time.sleep(0.1)

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 import fastrl_per
 from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
+from conftest import wait_for_saved_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -149,12 +149,7 @@ def interrupt(out, sig, *args):
     "Start a long run, stop it with `sig` once it has checkpointed past 100 steps; the finished process."
     proc = subprocess.Popen([*COMMAND, 'train', '--out', str(out), '--steps', '100000', '--solved', '0', '--checkpoint-every', '50',
                              '--no-progress', *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        try: steps = json.loads((out / 'run.json').read_text())['env_steps']
-        except (OSError, ValueError, KeyError): steps = 0
-        if steps >= 100: break
-        time.sleep(0.2)
+    wait_for_saved_steps(proc, out, 100, seconds=240)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     return proc.returncode, stdout, stderr

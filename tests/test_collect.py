@@ -1,5 +1,5 @@
 "The background collector with real CartPole: episode boundaries, policy versions, its worker's life and failures, the stale rule under concurrency, learning."
-import gc, json, multiprocessing, os, signal, subprocess, sys, threading, time
+import gc, multiprocessing, os, signal, subprocess, sys, threading, time
 from pathlib import Path
 import numpy as np
 import pytest
@@ -9,6 +9,7 @@ from fastrl_per.learner import Learner
 from fastrl_per.pipes import UnbatchSteps
 from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.collect import AsyncCollector, Publish
+from conftest import wait_for_saved_steps
 
 
 def wait_for(count, running, seconds=10.):
@@ -174,12 +175,7 @@ def test_the_command_with_a_collector_stops_on_ctrl_c_of_its_process_group_and_r
     flags = ['--checkpoint-every', '200', '--eval-every', '500', '--eval-episodes', '2', '--solved', '0', '--no-progress']
     proc = subprocess.Popen([*COMMAND, 'train', '--collector', 'process', '--steps', '1500', '--out', str(run), *flags],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try: steps = json.loads((run / 'run.json').read_text())['env_steps']
-        except (OSError, ValueError, KeyError): steps = 0
-        if steps >= 200: break
-        time.sleep(0.1)
+    wait_for_saved_steps(proc, run, 200)
     os.killpg(proc.pid, signal.SIGINT)   # what a terminal's Ctrl-C does
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130 and 'stopped by SIGINT' in stderr and 'Traceback' not in stderr, stderr

@@ -86,10 +86,11 @@ def test_a_rejected_checkpoint_leaves_the_learner_unchanged():
 
 # the command: a real `fastrl_per train` stopped by SIGINT and resumed, against one never stopped
 
-import json, signal, subprocess, sys, time
+import signal, subprocess, sys
 from pathlib import Path
 import gymnasium as gym
 from fastrl_per.train import train
+from conftest import wait_for_saved_steps
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 LOOP_FLAGS = ['--checkpoint-every', '50', '--eval-every', '200', '--eval-episodes', '2', '--solved', '0', '--no-progress']   # not in the checkpoint: a resumed run is given them again
@@ -98,12 +99,7 @@ RUN_FLAGS = ['--steps', '600', *LOOP_FLAGS]
 def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     stopped, whole = tmp_path / 'stopped', tmp_path / 'whole'
     proc = subprocess.Popen([*COMMAND, 'train', '--out', str(stopped), *RUN_FLAGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try: steps = json.loads((stopped / 'run.json').read_text())['env_steps']
-        except (OSError, ValueError, KeyError): steps = 0
-        if steps >= 100: break
-        time.sleep(0.1)
+    wait_for_saved_steps(proc, stopped, 100)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
