@@ -62,7 +62,7 @@ def run_learner(env_id, steps, collector=None):
         start = time.perf_counter()
         updates = sum(1 for _ in learner.iterate(steps))
         seconds, peak = time.perf_counter() - start, peak_mb()
-        worker = source.stream[2] if source else None   # the worker's process (None for a thread)
+        worker = source.process if source else None   # None for a thread
         if worker is not None: peak += peak_mb(worker.pid)
     return dict(seconds=seconds, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak)
 

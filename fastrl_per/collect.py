@@ -209,6 +209,11 @@ class AsyncCollector(StepPipe):
         with self.policy.lock: self.outbox = self.policy.pending
 
     @property
+    def process(self):
+        "The running worker's process; None for a thread worker, or while no worker runs."
+        return None if self.stream is None else self.stream[2]
+
+    @property
     def published(self) -> int:
         "The newest published version."
         with self.policy.lock: return self.policy.latest()[1]

@@ -101,7 +101,7 @@ def test_a_killed_worker_process_is_an_error_not_a_hang_and_the_next_iterator_st
     collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, chunk=2)
     stream = iter(collector)
     next(stream)
-    os.kill(collector.stream[2].pid, signal.SIGKILL)
+    os.kill(collector.process.pid, signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match='exit code -9'):
         for _ in range(1_000): next(stream)
