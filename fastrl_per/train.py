@@ -153,11 +153,12 @@ def software() -> dict:
                 packages={name: installed_version(name) for name in KEY_PACKAGES})
 
 def machine(learner:Learner) -> dict:
-    "Where and how `learner` computes: device, backend, dtype, threads, CPU."
+    "Where and how `learner` computes: device, backend, dtype, torch's build, threads, CPU."
     param = next(learner.model.parameters())
     backend = f"cuda {torch.version.cuda}" if param.device.type == 'cuda' else param.device.type
     return dict(device=str(param.device), backend=backend, dtype=str(param.dtype).removeprefix('torch.'),
-                torch_threads=torch.get_num_threads(), cpu=cpu_model(), cpu_count=os.cpu_count(), platform=platform.platform())
+                torch_build=torch.__version__, cuda=torch.version.cuda, torch_threads=torch.get_num_threads(),
+                cpu=cpu_model(), cpu_count=os.cpu_count(), platform=platform.platform())
 
 def space_shapes(env_id:str) -> dict:
     "The observation shape and action space of `env_id`."

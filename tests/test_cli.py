@@ -16,7 +16,8 @@ import torch
 import fastrl_per
 from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
-from conftest import wait_for_saved_steps
+from fastrl_per.train import installed_version
+from conftest import wait_for_saved_steps, release
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -138,7 +139,8 @@ def test_run_json_manifest(short_run):
     for key in ('fastrl_per', 'git', 'python', 'packages', 'device', 'backend', 'dtype', 'torch_threads', 'cpu', 'cpu_count',
                 'config', 'observation_shape', 'action_space', 'legs', 'started', 'ended', 'env_steps', 'updates', 'episodes'):
         assert key in m, key
-    assert m['packages']['torch'] == torch.__version__ and m['config']['seed'] == 0 and m['env_steps'] == 200
+    assert m['packages']['torch'] == installed_version('torch') and m['config']['seed'] == 0 and m['env_steps'] == 200
+    assert release(m['torch_build']) == release(torch.__version__)   # the module's version, with a CUDA build's label
     assert m['updates'] == len(metrics(short_run)) and m['ended'] and 'train --out' in m['legs'][0]['command']
     assert len({p.stat().st_mode for p in short_run.iterdir() if p.is_file()}) == 1
 
@@ -228,5 +230,5 @@ def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
     m['packages']['torch'], m['git'] = '0.0.1', dict(revision='0' * 40, dirty=False)
     (run_dir / 'run.json').write_text(json.dumps(m))
     done = run('evaluate', run_dir, '--episodes', 1, check=0)
-    assert f'fastrl_per: warning: the run was written with torch 0.0.1, this is {torch.__version__}' in done.stderr
+    assert f"fastrl_per: warning: the run was written with torch 0.0.1, this is {installed_version('torch')}" in done.stderr
     assert 'fastrl_per: warning: the run was written at git revision 0000' in done.stderr
