@@ -18,7 +18,8 @@ from . import __version__
 from .learner import Learner, upgrade_checkpoint
 from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray
-from .atari import is_atari, register_atari, make_env, atari_defaults
+from .atari import is_atari, make_env, atari_defaults
+from .envs import check_env_id
 from .checks import check_int, check_number, save_atomically, write_atomically
 
 # %% auto #0
@@ -203,16 +204,15 @@ def manifest_differences(manifest:dict|None) -> list[str]:
     return lines
 
 # %% ../nbs/07_train.ipynb #14fea772
-BOX2D_EXTRA = "pip install -e '.[box2d]'"
+BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
 
 def check_env_dependencies(env_id):
     "Build `env_id` once (registering the Atari envs for an `ALE/...` id); a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs."
-    if is_atari(env_id): register_atari()
-    if not isinstance(env_id, str) or env_id not in gym.registry: return   # the learner names an unknown id
+    spec = check_env_id(env_id)   # imports the module of a `module.path:EnvId` id, registers ale-py's for `ALE/...`
     try: gym.make(env_id).close()
     except DependencyNotInstalled as e:
         missing = getattr(e.__cause__, 'name', None) or 'a package gymnasium did not find'
-        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(gym.spec(env_id).entry_point) else ' '.join(str(e).split())
+        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(spec.entry_point) else ' '.join(str(e).split())
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07_train.ipynb #60ecb55d
@@ -299,7 +299,7 @@ class StopSignals:
 # %% ../nbs/07_train.ipynb #8221cdf0
 def solved_threshold(env_id:str, solved:float|None) -> float|None:
     "The mean return that ends training early: `solved`, else the env's registered reward threshold; 0 never."
-    if solved is None: return gym.spec(env_id).reward_threshold
+    if solved is None: return check_env_id(env_id).reward_threshold
     check_number('solved', solved)
     return solved or None
 
@@ -546,7 +546,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
 def check_video_extra():
     "A `ValueError` naming the extra to install unless the video encoder is importable."
     try: import moviepy
-    except ImportError: raise ValueError("recording video needs the video extra: pip install \"fastrl_per[video]\"") from None
+    except ImportError: raise ValueError("recording video needs the video extra: pip install 'fastrl_per[video]'") from None
 
 def evaluate(run_dir:str, # a run directory written by train
              episodes:int=10, # greedy episodes to run
