@@ -11,7 +11,8 @@ from fastcore.basics import patch
 from fastcore.meta import delegates
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
-from .memory import step_columns, packed_dtype, RingStorage, ReplayBuffer, schema_of, check_columns, check_schema
+from .memory import (step_columns, packed_dtype, RingStorage, ReplayBuffer, schema_of, check_lengths, check_columns,
+                               check_schema)
 from .per import PrioritizedReplayBuffer
 
 # %% auto #0
@@ -89,8 +90,7 @@ class FrameStorage:
         if not set(IMAGE_FIELDS) <= set(columns):
             raise ValueError(f"state and next_state are uint8 frame stacks here, got the columns {sorted(columns)}: "
                              "store the other parts of a Dict observation as extra fields")
-        counts = {n: len(a) for n, a in columns.items()}
-        if len(set(counts.values())) != 1: raise ValueError(f"step fields have different batch sizes: {counts}")
+        check_lengths(columns, None if self.rows is None else self.schema)
         check_stacks(columns, self.stack_shape)
         stack = columns['state'].shape[1]
         if stack >= self.slots_for(stack): raise ValueError(f"frame_slots ({self.frame_slots}) must exceed the stack of {stack} frames")

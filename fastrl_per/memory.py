@@ -16,9 +16,9 @@ from .checks import check_int, save_atomically
 
 
 # %% auto #0
-__all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema', 'check_columns', 'as_steps',
-           'RowBatch', 'RingStorage', 'MemoryView', 'locked', 'BufferCore', 'check_state_header', 'rng_of_state',
-           'pinned_copy', 'copier', 'ReplayBuffer', 'ExperienceReplay']
+__all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema', 'check_lengths',
+           'check_columns', 'as_steps', 'RowBatch', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
+           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -63,13 +63,17 @@ def check_schema(schema:dict):
 
 IMAGE_PAIR = dict(state='next_state', next_state='state')
 
-def check_columns(columns:dict, schema:dict|None) -> int:
-    "Raise a `ValueError` naming the field, its shapes and the schema unless `columns` are one batch that fits `schema` (None: the first write); return the row count."
+def check_lengths(columns:dict, schema:dict|None) -> int:
+    "The leading length the columns share; a `ValueError` showing their shapes and the schema if they do not share one."
     shapes = {n: tuple(a.shape) for n, a in columns.items()}
     if len({s[:1] for s in shapes.values()}) != 1:
         raise ValueError(f"step fields have different batch sizes: their shapes are {shapes}"
                          + ('' if schema is None else f"; the buffer stores {describe(schema)}"))
-    k = len(next(iter(columns.values())))
+    return len(next(iter(columns.values())))
+
+def check_columns(columns:dict, schema:dict|None) -> int:
+    "Raise a `ValueError` naming the field, its shapes and the schema unless `columns` are one batch that fits `schema` (None: the first write); return the row count."
+    k = check_lengths(columns, schema)
     if schema is None: check_schema(schema_of(columns)); return k
     if columns.keys() != schema.keys():
         extra, missing = sorted(columns.keys() - schema.keys()), sorted(schema.keys() - columns.keys())
@@ -347,12 +351,12 @@ class ReplayBuffer(BufferCore):
                device=None) -> SimpleStep: # where the batch's tensors go (the storage stays in host memory); None: the host
         "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`, on `device`."
         bs = self.bs if bs is None else check_int('bs', bs)
-        if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
+        if not self.storage.n_added: raise ValueError("cannot sample from an empty replay buffer")
         if self._unhooked: self.flush()
         idxs, weights = self._draw(bs)
         batch = self.storage.gather(idxs)
         batch.idxs, batch.weights = torch.from_numpy(idxs.astype(np.int64, copy=False)), torch.from_numpy(weights)
-        copy = copier(device)
+        copy = None if device is None else copier(device)
         return batch if copy is None else batch._map(copy)
 
     @locked

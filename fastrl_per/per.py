@@ -14,11 +14,12 @@ __all__ = ['td_column', 'PrioritizedReplayBuffer', 'PrioritizedExperienceReplay'
 # %% ../nbs/05_per.ipynb #1d083604
 def td_column(idxs, td_errors):
     "`td_errors` as one value per idx: a (B,) or (B, 1) tensor or array given for (B,) `idxs`; a `ValueError` naming both shapes otherwise."
-    shape, want = tuple(np.shape(td_errors)), tuple(np.shape(idxs))
+    shape, want = (tuple(x.shape) if hasattr(x, 'shape') else np.shape(x) for x in (td_errors, idxs))
     if len(want) != 1 or shape not in (want, (*want, 1)):
         raise ValueError(f"td_errors of shape {shape} do not pair with idxs of shape {want}: give one TD error per idx, "
                          f"shaped {want} or {(*want, 1)}")
-    return np.reshape(td_errors, want) if len(shape) == 2 else td_errors
+    if len(shape) == 1: return td_errors
+    return td_errors.reshape(want) if hasattr(td_errors, 'reshape') else np.reshape(td_errors, want)
 
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     "A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: drawn in proportion to priority."
