@@ -58,8 +58,8 @@ def check_schema(schema:dict):
         if name not in IMAGE_PAIR: continue
         twin = IMAGE_PAIR[name] + dot + key
         if schema.get(twin) != schema[n]:
-            raise ValueError(f"{n!r} is {describe({n: schema[n]})[1:-1]} but {twin!r} is "
-                             f"{'missing' if twin not in schema else describe({twin: schema[twin]})[1:-1]}: they must match")
+            typ = lambda c: 'missing' if c not in schema else f"{np.dtype(schema[c][0])}{list(schema[c][1])}"
+            raise ValueError(f"{n!r} is {typ(n)} but {twin!r} is {typ(twin)}: they must match")
 
 IMAGE_PAIR = dict(state='next_state', next_state='state')
 
