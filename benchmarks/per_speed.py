@@ -486,9 +486,11 @@ def main(argv=None):
         times = {name: [] for name in fns}
         for r in range(args.repeats):
             names = list(fns)
-            for name in names[r % len(names):] + names[:r % len(names)]: times[name].append(per_call(fns[name], numbers[name]))
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                times[name].append(per_call(fns[name], numbers[name]))
         shell[bs] = {name: statistics.median(ts) for name, ts in times.items()}
-        shell[bs]['ratios'] = {name: [o / c for o, c in zip(times[name], times['core'])] for name in ('shell', 'shell + fields')}
+        shell[bs]['ratios'] = {name: [o / c for o, c in zip(times[name], times['core'])]
+                                for name in ('shell', 'shell + fields')}
     print('\n## The shell over the priority core (µs per call, median of rounds)\n')
     print('| batch size | core: draw + update | buffer: sample + update_priorities | shell / core '
           '| buffer, reading the 5 fields and weights | that / core |')

@@ -3,7 +3,7 @@
 
 Run from the repository root:
 
-    python benchmarks/td3_own_loop.py                  # seeds 0 1 2, both buffers, 20,000 env steps (CPU minutes per run)
+    python benchmarks/td3_own_loop.py                  # seeds 0 1 2, both buffers, 20,000 env steps
     python benchmarks/td3_own_loop.py --env-steps 3000 --seeds 0   # a smoke run
     python benchmarks/td3_own_loop.py --peers          # the loop's buffer lines in cpprb and torchrl: run and counted
 
@@ -31,24 +31,26 @@ GOAL = -200.
 def fastrl_per_lines(obs_dim, act_dim, n, bs, dev):
     from fastrl_per.per import PrioritizedReplayBuffer
     rb = PrioritizedReplayBuffer(max_sz=n, bs=bs, alpha=0.6, beta=0.4, seed=0)
-    add = lambda o, a, r, o2, term, noise: rb.add(state=o, action=a, reward=r, next_state=o2, terminated=term, noise=noise)
+    def add(o, a, r, o2, term, noise): rb.add(state=o, action=a, reward=r, next_state=o2, terminated=term, noise=noise)
     def sample():
         b = rb.sample(device=dev)
-        return b.state, b.action, b.reward[:, None], b.next_state, b.terminated[:, None], b.weights.to(dev)[:, None], b.idxs
+        w = b.weights.to(dev)[:, None]
+        return b.state, b.action, b.reward[:, None], b.next_state, b.terminated[:, None], w, b.idxs
     feedback = lambda idxs, td: rb.update_priorities(idxs, td.detach())
     anneal = lambda fraction: rb.anneal_beta(fraction)
     return add, sample, feedback, anneal
 
 def cpprb_lines(obs_dim, act_dim, n, bs, dev):
     import cpprb
-    rb = cpprb.PrioritizedReplayBuffer(n, env_dict={'obs': {'shape': obs_dim}, 'act': {'shape': act_dim}, 'rew': {},
-                                                    'next_obs': {'shape': obs_dim}, 'done': {}, 'noise': {'shape': act_dim}},
-                                       alpha=0.6, eps=1e-6)
+    fields = {'obs': {'shape': obs_dim}, 'act': {'shape': act_dim}, 'rew': {}, 'next_obs': {'shape': obs_dim},
+              'done': {}, 'noise': {'shape': act_dim}}
+    rb = cpprb.PrioritizedReplayBuffer(n, env_dict=fields, alpha=0.6, eps=1e-6)
     add = lambda o, a, r, o2, term, noise: rb.add(obs=o, act=a, rew=r, next_obs=o2, done=term, noise=noise)
     beta = [0.4]
     def sample():
         s = rb.sample(bs, beta=beta[0])
-        t = {k: torch.as_tensor(v, dtype=torch.float32).to(dev, non_blocking=True) for k, v in s.items() if k != 'indexes'}
+        t = {k: torch.as_tensor(v, dtype=torch.float32).to(dev, non_blocking=True)
+             for k, v in s.items() if k != 'indexes'}
         return t['obs'], t['act'], t['rew'], t['next_obs'], t['done'].bool(), t['weights'][:, None], s['indexes']
     feedback = lambda idxs, td: rb.update_priorities(idxs, td.detach().abs().cpu().numpy().ravel() + 1e-6)
     def anneal(fraction): beta[0] = 0.4 + fraction * (1 - 0.4)
@@ -81,10 +83,12 @@ def peers():
         except (ImportError, RuntimeError) as e:   # torchrl: its C++ sum tree is built for one torch version
             print(f'| {name} | {count} | not run: {type(e).__name__}: {str(e)[:120]} |'); continue
         for i in range(600):
-            add(rng.standard_normal(3), rng.uniform(-2, 2, 1), -rng.random(), rng.standard_normal(3), False, np.zeros(1))
+            obs = rng.standard_normal(3)
+            add(obs, rng.uniform(-2, 2, 1), -rng.random(), obs + 0.1, False, np.zeros(1))
         for i in range(20):
             obs, act, rew, next_obs, done, w, key = sample()
-            assert obs.shape == (64, 3) and act.shape == rew.shape == done.shape == w.shape == (64, 1) and done.dtype == torch.bool
+            assert obs.shape == (64, 3) and act.shape == rew.shape == done.shape == w.shape == (64, 1)
+            assert done.dtype == torch.bool
             feedback(key, torch.rand(64, 1))
             anneal(i / 19)
         print(f'| {name} | {count} | yes |')
@@ -104,14 +108,16 @@ def main(argv=None):
             t0 = time.process_time()
             curve = td3(env_steps=args.env_steps, prioritized=prioritized, seed=seed, eval_every=args.eval_every)
             reached = next((s for s, r in curve if r >= GOAL), None)
-            rows.append((seed, 'prioritized' if prioritized else 'uniform', reached, max(r for _, r in curve), curve[-1][1],
-                         time.process_time() - t0))
+            kind = 'prioritized' if prioritized else 'uniform'
+            rows.append((seed, kind, reached, max(r for _, r in curve), curve[-1][1], time.process_time() - t0))
             print(f'# seed {seed} {rows[-1][1]}: ' + ' '.join(f'{s}:{r:.0f}' for s, r in curve), flush=True)
-    print(f'\n## TD3 on Pendulum-v1, {args.env_steps:,} env steps, greedy mean return over 10 episodes (goal >= {GOAL:.0f})\n')
+    print(f'\n## TD3 on Pendulum-v1, {args.env_steps:,} env steps, greedy mean return over 10 episodes '
+          f'(goal >= {GOAL:.0f})\n')
     print('| seed | replay | first env step at goal | best | last | CPU s |')
     print('|---|---|---|---|---|---|')
     for seed, kind, reached, best, last, cpu in rows:
-        print(f"| {seed} | {kind} | {'—' if reached is None else f'{reached:,}'} | {best:.1f} | {last:.1f} | {cpu:.0f} |")
+        at = '—' if reached is None else f'{reached:,}'
+        print(f'| {seed} | {kind} | {at} | {best:.1f} | {last:.1f} | {cpu:.0f} |')
     for kind in ('prioritized', 'uniform'):
         ok = [r for r in rows if r[1] == kind and r[2] is not None]
         print(f'\n{kind}: reached the goal on {len(ok)} of {len(args.seeds)} seeds')

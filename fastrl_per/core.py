@@ -20,7 +20,7 @@ FIELD_DTYPES = dict(terminated=torch.bool, truncated=torch.bool, reward=torch.fl
 RESERVED = ('idxs', 'weights')  # what a sampled batch carries besides its fields
 
 def _as_field(name, value):
-    "`value` as a tensor with the dtype of field `name` (floating states become float32); a dict (a `Dict` observation) key by key."
+    "`value` as a tensor with the dtype of field `name` (floating states become float32); a dict key by key."
     if isinstance(value, dict): return {k: _as_field(name, v) for k, v in value.items()}
     t = torch.as_tensor(value)
     dtype = FIELD_DTYPES.get(name, torch.float32 if t.is_floating_point() else None)
@@ -37,7 +37,8 @@ def flatten_fields(fields:dict) -> dict:
         if not isinstance(value, dict): flat[name] = value; continue
         for k, v in value.items():
             if not isinstance(k, str) or '.' in k or isinstance(v, dict):
-                raise ValueError(f"field {name!r}: a dict field holds arrays under string keys without '.', got key {k!r}")
+                raise ValueError(f"field {name!r}: a dict field holds arrays under string keys without '.', "
+                                 f"got key {k!r}")
             flat[f'{name}.{k}'] = v
     return flat
 
@@ -53,7 +54,7 @@ def unflatten_fields(flat:dict) -> dict:
 
 # %% ../nbs/00_core.ipynb #52d1cf23
 class SimpleStep:
-    "One transition, or a batch of them when its fields have a leading batch dimension; extra keywords are extra fields."
+    "One transition, or a batch of them when its fields have a leading batch dimension; extra keywords: extra fields."
     idxs = None     # buffer slots of a sampled batch
     weights = None  # importance-sampling weights of a sampled batch
     extra_fields = ()  # names of the fields beyond the eleven, in order
@@ -101,9 +102,11 @@ class SimpleStep:
         if not steps: raise ValueError("from_steps needs at least one step, got an empty list")
         for s in steps:
             if not isinstance(s, SimpleStep): raise TypeError(f"from_steps takes SimpleSteps, got {type(s).__name__}: {s!r}")
-        if len({s.fields for s in steps}) > 1: raise ValueError(f"steps disagree on their fields: {sorted({s.fields for s in steps})}")
+        fields = {s.fields for s in steps}
+        if len(fields) > 1: raise ValueError(f"steps disagree on their fields: {sorted(fields)}")
         parts = [flatten_fields(s.as_dict()) for s in steps]
-        if len({tuple(p) for p in parts}) > 1: raise ValueError(f"steps disagree on the keys of a dict field: {sorted({tuple(p) for p in parts})}")
+        columns = {tuple(p) for p in parts}
+        if len(columns) > 1: raise ValueError(f"steps disagree on the keys of a dict field: {sorted(columns)}")
         parts = [p if s.is_batch else {n: t.unsqueeze(0) for n, t in p.items()} for s, p in zip(steps, parts)]
         for n in parts[0]:
             shapes = {tuple(p[n].shape[1:]) for p in parts}
@@ -148,11 +151,13 @@ class SimpleStep:
     def __reduce_ex__(self, protocol):
         "Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's per-tensor unpickling."
         attrs = vars(self)
-        tensors = [t for v in attrs.values() for t in (v.values() if isinstance(v, dict) else [v]) if isinstance(t, torch.Tensor)]
+        values = [t for v in attrs.values() for t in (v.values() if isinstance(v, dict) else [v])]
+        tensors = [t for t in values if isinstance(t, torch.Tensor)]
         if any(t.device.type != 'cpu' or t.requires_grad or t.dtype == torch.bfloat16 for t in tensors):
             return super().__reduce_ex__(protocol)   # tensors numpy cannot hold as they are: torch's own pickling
         as_array = lambda v: v.numpy() if isinstance(v, torch.Tensor) else v
-        return SimpleStep.from_arrays, ({k: tree_map(as_array, v) if isinstance(v, (dict, torch.Tensor)) else v for k, v in attrs.items()},)
+        arrays = {k: tree_map(as_array, v) if isinstance(v, (dict, torch.Tensor)) else v for k, v in attrs.items()}
+        return SimpleStep.from_arrays, (arrays,)
 
     @classmethod
     def from_arrays(cls, attrs:dict):

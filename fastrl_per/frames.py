@@ -80,7 +80,7 @@ class FrameStorage:
         except MemoryError:
             raise ValueError(f"cannot allocate the {self.nbytes_for(columns) / 1e9:.1f} GB that {self.max_sz:,} transitions need; choose a smaller max_sz") from None
         self.stack_shape = columns['state'].shape[1:]
-        self.order = [n for n in columns if n not in IMAGE_FIELDS]   # the row fields in the order given: extras after the eleven
+        self.order = [n for n in columns if n not in IMAGE_FIELDS]   # the row fields as given: extras after the eleven
         self.schema = schema_of({n: columns[n] for n in self.order})
         self.frame_slots = self.slots_for(self.stack_shape[0])
         for n, a in rings.items(): setattr(self, n, a)
@@ -94,7 +94,8 @@ class FrameStorage:
         check_stacks(columns, self.stack_shape)
         stack = columns['state'].shape[1]
         if stack >= self.slots_for(stack): raise ValueError(f"frame_slots ({self.frame_slots}) must exceed the stack of {stack} frames")
-        return check_columns({n: a for n, a in columns.items() if n not in IMAGE_FIELDS}, None if self.rows is None else self.schema)
+        small = {n: a for n, a in columns.items() if n not in IMAGE_FIELDS}
+        return check_columns(small, None if self.rows is None else self.schema)
 
 
 # %% ../nbs/03c_frames.ipynb #09aca1da

@@ -22,7 +22,7 @@ __all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of'
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
-    "The fields of a `SimpleStep`, a batch or a list of them as numpy arrays with a leading batch axis (a dict field as `name.key` columns)."
+    "The fields of a `SimpleStep`, a batch or a list of them as numpy arrays with a batch axis (dicts as `name.key`)."
     if isinstance(steps, (list, tuple)): steps = SimpleStep.from_steps(steps)
     if not isinstance(steps, SimpleStep):
         raise TypeError(f"a replay buffer stores SimpleSteps, got {type(steps).__name__}: {steps!r}")
@@ -48,10 +48,11 @@ def schema_of(columns:dict) -> dict:
     return {n: (a.dtype, tuple(a.shape[1:])) for n, a in columns.items()}
 
 def check_schema(schema:dict):
-    "Raise a `ValueError` unless the one-number fields are scalars per transition and each state column has a twin in next_state."
+    "Raise a `ValueError` unless the one-number fields are scalars and each state column has a next_state twin."
     for n in FIELD_DTYPES:
         if n in schema and schema[n][1] != ():
-            raise ValueError(f"field {n!r} has shape {schema[n][1]} per transition: {', '.join(FIELD_DTYPES)} hold one number each; "
+            raise ValueError(f"field {n!r} has shape {schema[n][1]} per transition: "
+                             f"{', '.join(FIELD_DTYPES)} hold one number each; "
                              f"fields {describe(schema)}")
     for n in schema:
         name, dot, key = n.partition('.')
@@ -72,35 +73,47 @@ def check_lengths(columns:dict, schema:dict|None) -> int:
     return len(next(iter(columns.values())))
 
 def check_columns(columns:dict, schema:dict|None) -> int:
-    "Raise a `ValueError` naming the field, its shapes and the schema unless `columns` are one batch that fits `schema` (None: the first write); return the row count."
+    """The row count of `columns`; a `ValueError` naming the field, its shapes and the schema unless they are one
+    batch that fits `schema` (None: the first write)."""
     k = check_lengths(columns, schema)
     if schema is None: check_schema(schema_of(columns)); return k
     if columns.keys() != schema.keys():
         extra, missing = sorted(columns.keys() - schema.keys()), sorted(schema.keys() - columns.keys())
-        what = ', '.join(([f"fields {extra} are not in the buffer's schema"] if extra else []) + ([f"{missing} are missing"] if missing else []))
+        what = [f"fields {extra} are not in the buffer's schema"] if extra else []
+        what += [f"{missing} are missing"] if missing else []
+        what = ', '.join(what)
         raise ValueError(f"{what}: the buffer stores {describe(schema)}")
     for n, a in columns.items():
         dtype, shape = schema[n]
         if a.shape[1:] != shape:
             batch = k == 1 and len(a.shape) > 2 and a.shape[2:] == shape
             hint = f" (a batch of {a.shape[1]}? `add` stores one transition, `extend` a batch)" if batch else ''
-            raise ValueError(f"field {n!r} has shape {tuple(a.shape[1:])} per step, the buffer stores {shape}{hint}: schema {describe(schema)}")
-        if a.dtype != dtype: raise ValueError(f"field {n!r} has dtype {a.dtype}, the buffer stores {np.dtype(dtype)}: schema {describe(schema)}")
+            raise ValueError(f"field {n!r} has shape {tuple(a.shape[1:])} per step, the buffer stores {shape}{hint}: "
+                             f"schema {describe(schema)}")
+        if a.dtype != dtype:
+            raise ValueError(f"field {n!r} has dtype {a.dtype}, the buffer stores {np.dtype(dtype)}: "
+                             f"schema {describe(schema)}")
     return k
 
 def as_steps(steps, fields:dict, batch:bool):
-    "What `add` (`batch=False`) or `extend` stores: a step or list as given; keywords or a mapping as a `SimpleStep`, checked to be one transition or a batch."
-    if steps is not None and fields: raise TypeError(f"give one step, list or mapping, or keywords, not both (got {type(steps).__name__} and {sorted(fields)})")
+    """What `add` (`batch=False`) or `extend` stores: a step or list as given; keywords or a mapping as a `SimpleStep`,
+    checked to be one transition or a batch."""
+    if steps is not None and fields:
+        raise TypeError(f"give one step, list or mapping, or keywords, not both "
+                        f"(got {type(steps).__name__} and {sorted(fields)})")
     if isinstance(steps, Mapping): fields = dict(steps)
     elif steps is not None: return steps
     missing = [n for n in ('state', 'action', 'reward', 'next_state', 'terminated') if n not in fields]
-    if missing: raise TypeError(f"a transition needs state, action, reward, next_state and terminated; missing {missing}")
+    if missing:
+        raise TypeError(f"a transition needs state, action, reward, next_state and terminated; missing {missing}")
     step = SimpleStep(**fields)
     lengths = {n: tuple(getattr(step, n).shape) for n in ('reward', 'terminated')}
     if step.is_batch and not batch:
-        raise ValueError(f"add stores one transition, but reward and terminated have shapes {lengths}: use extend for a batch")
+        raise ValueError(f"add stores one transition, but reward and terminated have shapes {lengths}: "
+                         "use extend for a batch")
     if batch and not step.is_batch:
-        raise ValueError(f"extend stores a batch, but reward and terminated have shapes {lengths}: give them a leading batch axis, or use add")
+        raise ValueError(f"extend stores a batch, but reward and terminated have shapes {lengths}: "
+                         "give them a leading batch axis, or use add")
     return step
 
 
@@ -115,9 +128,11 @@ class RowBatch(SimpleStep):
 
     def __getattr__(self, name):   # called only for what is not set yet
         layout = self.__dict__.get('_layout')
-        if layout is None or name not in layout: raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if layout is None or name not in layout:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         cols, block = layout[name], self._block
-        value = torch.from_numpy(block[cols]) if isinstance(cols, str) else {k: torch.from_numpy(block[c]) for k, c in cols.items()}
+        if isinstance(cols, str): value = torch.from_numpy(block[cols])
+        else: value = {k: torch.from_numpy(block[c]) for k, c in cols.items()}
         setattr(self, name, value)
         return value
 
@@ -134,7 +149,7 @@ class RingStorage:
     def __init__(self, max_sz:int):
         check_int('max_sz', max_sz)
         self.max_sz, self.n_added, self.rows = max_sz, 0, None
-        self._signature = self._small = None  # the last checked single step's (extra fields, field (dtype, shape)s); which are small
+        self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
 
     def _allocate(self, columns:dict):
         "Zeroed rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps."
@@ -142,7 +157,7 @@ class RingStorage:
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
-        self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: single steps take the quick path
+        self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
         self._signature = self._small = None
 
     @property
@@ -180,9 +195,9 @@ class RingStorage:
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step at the ring's head as one record (checked like `write`); return its slot."
         if self.rows is None or not self._plain: return int(self.write(step_columns(step))[0])
-        if step.extra_fields != self.extra_fields: self.check(step_columns(step))   # raises unless only their order differs
+        if step.extra_fields != self.extra_fields: self.check(step_columns(step))   # raises unless just reordered
         fields = attrgetter(*self.rows.dtype.names)(step)
-        signature = [(getattr(t, 'dtype', None), getattr(t, 'shape', None)) for t in fields]   # a dict field: never the cached one
+        signature = [(getattr(t, 'dtype', None), getattr(t, 'shape', None)) for t in fields]   # a dict: never cached
         if signature != self._signature:   # the first single step, or one unlike the last: check it in full
             self.check(step_columns(step))
             self._signature, self._small = signature, [math.prod(shape) <= 64 for _, shape in signature]
@@ -192,7 +207,7 @@ class RingStorage:
         return slot
 
     def gather(self, idxs) -> SimpleStep:
-        "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows, each field a view into it, made when first read."
+        "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
         return RowBatch(np.take(self.rows, idxs), self.layout, self.extra_fields)
 
     def state(self) -> dict|None:
@@ -270,7 +285,7 @@ def pinned_copy(t:torch.Tensor, device:torch.device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 def copier(device):
-    "How a sampled batch's host tensors reach `device`: None (no copy) for the host, `pinned_copy` for CUDA, `.to` for the rest."
+    "How a sampled batch's host tensors reach `device`: None (no copy) for the host, `pinned_copy` for CUDA, or `.to`."
     if device is None: return None
     device = torch.device(device)
     if device.type == 'cpu': return None
@@ -304,7 +319,8 @@ class ReplayBuffer(BufferCore):
     cycle = property(lambda self: self.storage.cycle, doc="Completed trips round the ring: fastrl's `_cycle_tracker`.")
 
     def add(self, steps=None, /, **fields) -> np.ndarray:
-        "Store one transition given as keywords (`state`, `action`, `reward`, `next_state`, `terminated`, any extra field) or a mapping; or a `SimpleStep`, a batch or a list of them. Return the slots written."
+        """Store one transition given as keywords (`state`, `action`, `reward`, `next_state`, `terminated`, any extra
+        field) or a mapping; or a `SimpleStep`, a batch or a list of them. Return the slots written."""
         steps = as_steps(steps, fields, batch=False)
         if isinstance(steps, SimpleStep) and not steps.is_batch: return self._add_one(steps)
         if isinstance(steps, (list, tuple)) and not steps: return np.zeros(0, np.int64)
@@ -316,12 +332,13 @@ class ReplayBuffer(BufferCore):
         return slots
 
     def extend(self, steps=None, /, **fields) -> np.ndarray:
-        "Store a batch given as keywords or a mapping whose fields share a leading length, or a `SimpleStep` batch or list. Return the slots written."
+        """Store a batch given as keywords or a mapping whose fields share a leading length, or a `SimpleStep` batch or
+        list. Return the slots written."""
         return self.add(as_steps(steps, fields, batch=True))
 
     @property
     def schema(self) -> dict|None:
-        "`{column: (dtype, per-transition shape)}` fixed by the first write (a dict field's keys as `name.key`); None before it."
+        "`{column: (dtype, per-transition shape)}` fixed by the first write (a dict field as `name.key`); None before."
         return None if self.storage.rows is None else dict(self.storage.schema)
 
     def _add_one(self, step:SimpleStep) -> np.ndarray:
@@ -348,7 +365,7 @@ class ReplayBuffer(BufferCore):
     @locked
     def sample(self,
                bs:int|None=None, # batch size; None: the buffer's `bs`
-               device=None) -> SimpleStep: # where the batch's tensors go (the storage stays in host memory); None: the host
+               device=None) -> SimpleStep: # where the batch's tensors go (the storage stays on the host); None: host
         "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`, on `device`."
         bs = self.bs if bs is None else check_int('bs', bs)
         if not self.storage.n_added: raise ValueError("cannot sample from an empty replay buffer")

@@ -13,10 +13,10 @@ __all__ = ['td_column', 'PrioritizedReplayBuffer', 'PrioritizedExperienceReplay'
 
 # %% ../nbs/05_per.ipynb #1d083604
 def td_column(idxs, td_errors):
-    "`td_errors` as one value per idx: a (B,) or (B, 1) tensor or array given for (B,) `idxs`; a `ValueError` naming both shapes otherwise."
+    "`td_errors` as one value per idx: (B,) or (B, 1), tensor or array, for (B,) `idxs`; else a `ValueError`."
     shape, want = (tuple(x.shape) if hasattr(x, 'shape') else np.shape(x) for x in (td_errors, idxs))
     if len(want) != 1 or shape not in (want, (*want, 1)):
-        raise ValueError(f"td_errors of shape {shape} do not pair with idxs of shape {want}: give one TD error per idx, "
+        raise ValueError(f"td_errors of shape {shape} do not pair with idxs of shape {want}: one TD error per idx, "
                          f"shaped {want} or {(*want, 1)}")
     if len(shape) == 1: return td_errors
     return td_errors.reshape(want) if hasattr(td_errors, 'reshape') else np.reshape(td_errors, want)
@@ -53,7 +53,7 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     @locked
     def update_priorities(self,
                           idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
-                          td_errors): # signed TD error per slot, shaped (B,) or (B, 1), torch or numpy; its magnitude is stored
+                          td_errors): # signed TD error per slot, (B,) or (B, 1), torch or numpy; its magnitude is kept
         "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins; stale updates are dropped)."
         idxs, td = feedback_arrays(idxs, td_column(idxs, td_errors))
         if len(idxs) and not idxs.view(np.uint64).max() < len(self):   # one pass: a negative idx is a huge unsigned one

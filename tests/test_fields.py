@@ -28,7 +28,8 @@ def transitions(kind, n, start=0):
         cols.update(state=stack(0), next_state=stack(1), terminated=np.zeros(n, bool),
                     info=dict(pos=np.stack([t, t + 1], 1).astype(np.float32), id=t.astype(np.int32)))
     else:
-        obs = lambda k: dict(pos=np.stack([t + k, t - k], 1).astype(np.float32), img=np.full((n, 2, 2), t[:, None, None] % 9, np.uint8))
+        obs = lambda k: dict(pos=np.stack([t + k, t - k], 1).astype(np.float32),
+                             img=np.full((n, 2, 2), t[:, None, None] % 9, np.uint8))
         cols.update(state=obs(0), next_state=obs(1))
     return cols
 
@@ -84,8 +85,9 @@ def test_extend_add_sample_round_trip(kind):
     for i in range(3):
         if i % 2: buf.add(row(more, i))     # a mapping
         else: buf.add(**row(more, i))       # keywords
-    both = {n: ({k: np.concatenate([a, more[n][k]]) for k, a in v.items()} if isinstance(v, dict) else np.concatenate([v, more[n]]))
-            for n, v in cols.items()}
+    join = lambda a, b: ({k: np.concatenate([x, b[k]]) for k, x in a.items()} if isinstance(a, dict)
+                         else np.concatenate([a, b]))
+    both = {n: join(v, more[n]) for n, v in cols.items()}
     assert len(buf) == 13
     batch = buf.sample(8, device='cpu')
     check_batch(batch, both, kind)
@@ -126,7 +128,8 @@ def test_vector_env_batch_without_terminated_is_a_batch():
     "The issue's case: a SimpleStep of 4 env steps without `terminated` is 4 transitions, not one of shape (4, 3)."
     obs = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
     buf = PrioritizedReplayBuffer(max_sz=16, bs=2, seed=0)
-    assert buf.add(SimpleStep(obs, np.zeros((4, 1), np.float32), obs, reward=np.ones(4, np.float32))).tolist() == [0, 1, 2, 3]
+    slots = buf.add(SimpleStep(obs, np.zeros((4, 1), np.float32), obs, reward=np.ones(4, np.float32)))
+    assert slots.tolist() == [0, 1, 2, 3]
     assert buf.sample(2).state.shape == (2, 3)
 
 
@@ -147,12 +150,15 @@ BAD_EXTEND = [
     ('missing terminated', _drop('terminated'), TypeError, "missing ['terminated']"),
     ('missing an extra field', _drop('logp'), ValueError, "['logp'] are missing"),
     ('a new extra field', _with(extra=lambda c: np.zeros(4)), ValueError, "['extra'] are not in the buffer's schema"),
-    ('extra of another dtype', _with(code=lambda c: c['code'].astype(np.int64)), ValueError, "'code' has dtype int64, the buffer stores uint8"),
-    ('extra of another shape', _with(goal=lambda c: c['goal'][:, :1]), ValueError, "'goal' has shape (1,) per step, the buffer stores (2,)"),
+    ('extra of another dtype', _with(code=lambda c: c['code'].astype(np.int64)), ValueError,
+     "'code' has dtype int64, the buffer stores uint8"),
+    ('extra of another shape', _with(goal=lambda c: c['goal'][:, :1]), ValueError,
+     "'goal' has shape (1,) per step, the buffer stores (2,)"),
     ('mismatched leading lengths', _with(logp=lambda c: c['logp'][:3]), ValueError, 'different batch sizes'),
     ('one-number field per row', _with(reward=lambda c: c['reward'][:, None]), ValueError, "'reward' has shape (1,)"),
     ('not a batch', lambda c, k: row(c, 0), ValueError, 'extend stores a batch'),
-    ('terminated and reward lengths differ', _with(terminated=lambda c: c['terminated'][:3]), ValueError, 'batch length'),
+    ('terminated and reward lengths differ', _with(terminated=lambda c: c['terminated'][:3]), ValueError,
+     'batch length'),
 ]
 
 
@@ -173,8 +179,9 @@ def test_add_given_a_batch_stores_nothing(kind):
     buf = _buf_with_schema(kind)
     before = buf.state_dict()
     cols = transitions(kind, 4, start=6)
-    with pytest.raises(ValueError, match='use extend'): buf.add(**cols)                    # reward and terminated carry a batch
-    with pytest.raises(ValueError, match=r"a batch of 4\? `add` stores one transition"): buf.add(**dict(row(cols, 0), goal=cols['goal']))
+    with pytest.raises(ValueError, match='use extend'): buf.add(**cols)      # reward and terminated carry a batch
+    with pytest.raises(ValueError, match=r"a batch of 4\? `add` stores one transition"):
+        buf.add(**dict(row(cols, 0), goal=cols['goal']))
     assert_same_state(buf.state_dict(), before)
 
 
@@ -259,11 +266,11 @@ SHAPES = st.sampled_from([(), (1,), (2,), (2, 3)])
        chunks=st.lists(st.integers(1, 7), min_size=1, max_size=5), max_sz=st.integers(1, 12),
        prioritized=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_any_extra_fields_round_trip(extras, chunks, max_sz, prioritized, seed):
-    "Random extra fields written in chunks (extend) or one at a time (add): memory holds the last max_sz of them, as given."
+    "Random extra fields written in chunks (extend) or one at a time (add): memory holds the last max_sz, as given."
     rng = np.random.default_rng(seed)
     n = sum(chunks)
-    cols = dict(state=rng.standard_normal((n, 2)).astype(np.float32), action=rng.integers(0, 3, n), reward=rng.random(n).astype(np.float32),
-                terminated=rng.random(n) < 0.2)
+    cols = dict(state=rng.standard_normal((n, 2)).astype(np.float32), action=rng.integers(0, 3, n),
+                reward=rng.random(n).astype(np.float32), terminated=rng.random(n) < 0.2)
     cols['next_state'] = cols['state'] + 1
     for name, (dtype, shape) in extras.items(): cols[name] = (rng.random((n, *shape)) * 100).astype(dtype)
     buf = (PrioritizedReplayBuffer if prioritized else ReplayBuffer)(max_sz=max_sz, seed=seed)
