@@ -2,7 +2,8 @@
 mkdocs. Cells flagged `#| slow` (or `#| eval: false`) are skipped, as `nbdev_test` skips them; `#| hide` cells
 and directive lines are dropped; a notebook with `#| default_exp M` gets an API section for `fastrl_per.M`:
 signature, parameter comments (docments) and docstring of each name in `__all__` defined there.
-(nbdev's own `nbdev_docs` needs Quarto.) A cell that raises stops the build with its traceback."""
+(nbdev's own `nbdev_docs` needs Quarto.) A cell that raises, does not compile (which execnb's `run_all` lets
+through: tools/check_cells.py) or leaves an error output stops the build with its traceback."""
 import ast, importlib, inspect, re, sys
 from pathlib import Path
 from fastcore.docments import docments
@@ -11,6 +12,7 @@ from fastcore.parallel import parallel
 from execnb.nbio import write_nb, mk_cell
 from execnb.shell import CaptureShell
 from nbdev.process import NBProcessor
+from check_cells import cell_errors
 
 root = Path(__file__).parent.parent
 _re_dir = re.compile(r'^\s*#\|')
@@ -105,6 +107,9 @@ def page_cells(cells):
 
 def build_page(path, dest):
     "Run the notebook at `path` as `nbdev_test` does and write its page notebook to `dest`."
+    if errors := cell_errors(path):
+        sys.stderr.write(f'{path.name} failed: code cells that do not compile:\n' + '\n'.join(errors) + '\n')
+        return False
     nb = NBProcessor(path).nb  # parses each cell's directives into `cell.directives_`
     default_exp = next((c.directives_['default_exp'][0] for c in nb.cells if 'default_exp' in c.directives_), None)
     shell = CaptureShell(path)
@@ -112,6 +117,9 @@ def build_page(path, dest):
         with working_directory(path.parent): shell.run_all(nb, exc_stop=True, preproc=skipped)
     except Exception:
         sys.stderr.write(f'{path.name} failed:\n{shell.prettytb(fname=path)}\n')
+        return False
+    if errors := [c.idx_ for c in nb.cells if any(o.get('output_type') == 'error' for o in c.get('outputs', []))]:
+        sys.stderr.write(f'{path.name} failed: error outputs in cells {errors}\n')
         return False
     nb.cells = page_cells(nb.cells) + (api_cells(default_exp) if default_exp else [])
     for i, cell in enumerate(nb.cells):
