@@ -1,10 +1,12 @@
 """Prepare the documentation pages: run every notebook in nbs/ and write it, outputs included, to _proc/ for
 mkdocs. Cells flagged `#| slow` (or `#| eval: false`) are skipped, as `nbdev_test` skips them; `#| hide` cells
 and directive lines are dropped; a notebook with `#| default_exp M` gets an API section for `fastrl_per.M`:
-signature, parameter comments (docments) and docstring of each name in `__all__` defined there.
+signature, parameter comments (docments) and docstring of each name in `__all__` defined there, and of every public
+method and property of a class, inherited ones included (from this package's classes; `object`, `IterDataPipe` and
+other outside bases left out).
 (nbdev's own `nbdev_docs` needs Quarto.) A cell that raises, does not compile (which execnb's `run_all` lets
 through: tools/check_cells.py) or leaves an error output stops the build with its traceback."""
-import ast, importlib, inspect, re, sys
+import ast, importlib, inspect, re, sys, typing
 from pathlib import Path
 from fastcore.docments import docments
 from fastcore.xtras import working_directory
@@ -53,18 +55,57 @@ def doc_md(obj):
     doc = inspect.getdoc(obj)
     return f'\n\n{doc}' if doc else ''
 
-def member_md(cls, name, member):
-    "Docs of a public method or property of `cls`."
-    title = f'#### {cls.__name__}.{name}'
-    if isinstance(member, property): return f'{title} *(property)*' + doc_md(member)
-    return f'{title}\n\n' + signature_md(name, getattr(cls, name), is_method=True) + doc_md(getattr(cls, name))
+def own_classes(cls):
+    "`cls` and the classes of this package it inherits from, nearest first (`object`, `IterDataPipe`, ... left out)."
+    return [c for c in cls.__mro__ if c.__module__.split('.')[0] == 'fastrl_per']
+
+def delegate_classes(cls):
+    "The buffer classes a pipe shell wraps: those in the annotation of its `__init__`'s `buffer` argument."
+    hint = typing.get_type_hints(cls.__init__).get('buffer') if 'buffer' in inspect.signature(cls).parameters else None
+    return [c for c in typing.get_args(hint) or [hint] if inspect.isclass(c) and c.__module__.startswith('fastrl_per')]
+
+def member_doc(cls, name):
+    """The docstring of `cls.name`; else of the same name in a class it inherits from or in the buffer it delegates
+    to; else that name's parameter comment in one of their signatures, or the sentence of a docstring naming it."""
+    classes = own_classes(cls) + [b for d in delegate_classes(cls) for b in own_classes(d)]
+    for c in classes:
+        if name in vars(c) and (doc := inspect.getdoc(getattr(c, name))): return doc
+    for c in classes:
+        if comment := docments(c).get(name): return comment[0].upper() + comment[1:] + '.'
+    for c in reversed(classes):  # the base that introduced the name speaks of it most plainly
+        if sentence := next((s for s in re.split(r'(?<=\.) ', inspect.getdoc(c) or '') if f'`{name}`' in s), None):
+            return f'See `{c.__name__}`: {sentence}'
+    return None
+
+def public_members(cls):
+    "(name, member, class defining it) of each public method and property of `cls`, inherited ones included."
+    seen, res = set(), []
+    for c in own_classes(cls):
+        for name, member in vars(c).items():
+            if name in seen: continue  # defined nearer: an override
+            seen.add(name)
+            if is_documented_member(name, member): res.append((name, member, c))
+    return res
+
+undocumented = []  # public properties left out for want of a docstring, reported by `build_page`
+
+def member_md(cls, name, member, owner):
+    "Docs of a public method or property of `cls` (defined in `owner`), or None for a property without a docstring."
+    title = f'#### {cls.__name__}.{name}' + (f' *(property)*' if isinstance(member, property) else '')
+    doc = member_doc(cls, name)
+    if isinstance(member, property) and not doc:
+        undocumented.append(f'{cls.__name__}.{name}')
+        return None
+    md = title + (f'\n\n*Inherited from `{owner.__name__}`.*' if owner is not cls else '')
+    if not isinstance(member, property): md += '\n\n' + signature_md(name, getattr(cls, name), is_method=True)
+    return md + (f'\n\n{doc}' if doc else '')
 
 def is_documented_member(name, member):
     "Public methods and properties are documented; plain class attributes and private names are not."
     return not name.startswith('_') and (inspect.isfunction(member) or isinstance(member, (property, classmethod, staticmethod)))
 
 def name_md(name, obj):
-    "Docs of one exported name: a constant's value, a function's signature, or a class with its own public members."
+    "Docs of one exported name: a constant's value, a function's signature, or a class with its public members."
     if not callable(obj):
         val = repr(obj)
         return f'### {name}\n\n```python\n{name} = {val if len(val) < 300 else val[:300] + " ..."}\n```'
@@ -72,8 +113,8 @@ def name_md(name, obj):
     if not inspect.isclass(obj): return md
     bases = ', '.join(f'`{b.__name__}`' for b in obj.__bases__ if b is not object)
     if bases: md += f'\n\nBases: {bases}'
-    members = [member_md(obj, n, m) for n, m in vars(obj).items() if is_documented_member(n, m)]
-    return '\n\n'.join([md] + members)
+    members = [member_md(obj, *m) for m in public_members(obj)]
+    return '\n\n'.join([md] + [m for m in members if m])
 
 def defined_here(mod):
     "Names in `mod.__all__` that `mod` defines itself (not the ones it imports again, as `fastrl_per.all` does)."
@@ -126,6 +167,7 @@ def build_page(path, dest):
         cell.pop('directives_', None); cell.pop('idx_', None)
         cell.setdefault('id', f'page-{i}')  # the cells added here have none
     write_nb(nb, dest/path.name)
+    if undocumented: sys.stderr.write(f'{path.name}: public properties without a docstring, left out: {", ".join(undocumented)}\n')
     return True
 
 def build_pages(dest=root/'_proc', n_workers=2):
