@@ -19,6 +19,7 @@ from check_cells import cell_errors
 root = Path(__file__).parent.parent
 _re_dir = re.compile(r'^\s*#\|')
 _re_heading = re.compile(r'^(#+ .*)$', re.MULTILINE)
+_re_md_link = re.compile(r'\]\((docs/[^)#]+)\.md([)#])')  # the README's links to docs/*.md, pages of the site
 
 def skipped(cell):
     "Cells `nbdev_test` does not run: markdown, and code flagged `slow` or `eval: false`."
@@ -143,11 +144,13 @@ def page_cells(cells):
             if flagged: res.append(mk_cell('*Not run when the docs are built (nor by `nbdev_test`).*', 'markdown'))
         else:  # mkdocs-jupyter drops code spans from the titles in the navigation and the contents
             cell.source = _re_heading.sub(lambda m: m.group(1).replace('`', ''), cell.source)
+            cell.source = _re_md_link.sub(r'](\1.html\2', cell.source)
             res.append(cell)
     return res
 
 def build_page(path, dest):
     "Run the notebook at `path` as `nbdev_test` does and write its page notebook to `dest`."
+    undocumented.clear()
     if errors := cell_errors(path):
         sys.stderr.write(f'{path.name} failed: code cells that do not compile:\n' + '\n'.join(errors) + '\n')
         return False
