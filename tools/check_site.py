@@ -89,7 +89,8 @@ def check_site(browser=False):
         res, n_out, n_img = page_problems(p, p.stem in notebooks)
         problems += res; outputs += n_out; images += n_img
         if browser: problems += browser_problems(p)
-    counts = f'{len(pages)} pages ({len(notebooks & {p.stem for p in pages})} notebooks), {outputs} outputs, {images} images'
+    n_notebooks = len(notebooks & {p.stem for p in pages})
+    counts = f'{len(pages)} pages ({n_notebooks} notebooks), {outputs} outputs, {images} images'
     return problems, counts
 
 if __name__ == '__main__':

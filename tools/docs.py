@@ -40,14 +40,15 @@ def signature_md(name, obj, is_method=False):
     "A python block with `name`'s signature, one parameter per line with its comment when any has one."
     kind = 'class' if inspect.isclass(obj) else 'def'
     try: sig = inspect.signature(obj)
-    except ValueError: return f'```python\n{kind} {name}\n```'   # e.g. an exception class that keeps its builtin __init__
+    except ValueError: return f'```python\n{kind} {name}\n```'  # e.g. an exception class keeping its builtin __init__
     comments = docments(obj)
     params = [p.replace(annotation=as_written(p.annotation)) for p in sig.parameters.values()
               if not (is_method and p.name in ('self', 'cls'))]
     no_ret = sig.return_annotation is sig.empty or inspect.isclass(obj)  # a dataclass's `__init__` returns None
     ret = '' if no_ret else f' -> {inspect.formatannotation(as_written(sig.return_annotation))}'
     ret += f'  # {comments["return"]}' if comments.get('return') else ''
-    if not any(comments.get(p.name) for p in params): return f'```python\n{kind} {name}({", ".join(map(str, params))}){ret}\n```'
+    if not any(comments.get(p.name) for p in params):
+        return f'```python\n{kind} {name}({", ".join(map(str, params))}){ret}\n```'
     lines = '\n'.join(fmt_param(p, comments.get(p.name)) for p in params)
     return f'```python\n{kind} {name}(\n{lines}\n){ret}\n```'
 
@@ -92,7 +93,7 @@ undocumented = []  # public properties left out for want of a docstring, reporte
 
 def member_md(cls, name, member, owner):
     "Docs of a public method or property of `cls` (defined in `owner`), or None for a property without a docstring."
-    title = f'#### {cls.__name__}.{name}' + (f' *(property)*' if isinstance(member, property) else '')
+    title = f'#### {cls.__name__}.{name}' + (' *(property)*' if isinstance(member, property) else '')
     doc = member_doc(cls, name)
     if isinstance(member, property) and not doc:
         undocumented.append(f'{cls.__name__}.{name}')
@@ -103,7 +104,8 @@ def member_md(cls, name, member, owner):
 
 def is_documented_member(name, member):
     "Public methods and properties are documented; plain class attributes and private names are not."
-    return not name.startswith('_') and (inspect.isfunction(member) or isinstance(member, (property, classmethod, staticmethod)))
+    kinds = (property, classmethod, staticmethod)
+    return not name.startswith('_') and (inspect.isfunction(member) or isinstance(member, kinds))
 
 def name_md(name, obj):
     "Docs of one exported name: a constant's value, a function's signature, or a class with its public members."
@@ -170,7 +172,8 @@ def build_page(path, dest):
         cell.pop('directives_', None); cell.pop('idx_', None)
         cell.setdefault('id', f'page-{i}')  # the cells added here have none
     write_nb(nb, dest/path.name)
-    if undocumented: sys.stderr.write(f'{path.name}: public properties without a docstring, left out: {", ".join(undocumented)}\n')
+    if undocumented:
+        sys.stderr.write(f'{path.name}: public properties without a docstring, left out: {", ".join(undocumented)}\n')
     return True
 
 def build_pages(dest=root/'_proc', n_workers=2):

@@ -13,7 +13,8 @@ cp -r docs _proc/docs       # the pages that are not notebooks: runs, benchmarks
 mathjax=.cache/mathjax-3.2.2
 if [ ! -s "$mathjax/package/es5/tex-svg-full.js" ]; then
   mkdir -p "$mathjax"
-  (cd "$mathjax" && npm pack --silent mathjax@3.2.2 >/dev/null && tar xzf mathjax-3.2.2.tgz package/es5/tex-svg-full.js package/LICENSE)
+  (cd "$mathjax" && npm pack --silent mathjax@3.2.2 >/dev/null &&
+    tar xzf mathjax-3.2.2.tgz package/es5/tex-svg-full.js package/LICENSE)
 fi
 mkdir -p _proc/assets/mathjax
 cp "$mathjax/package/es5/tex-svg-full.js" "$mathjax/package/LICENSE" _proc/assets/mathjax/
