@@ -83,13 +83,13 @@ def check_site(browser=False):
     "Every problem of the site, and a line of counts."
     missing = [f'_docs/{f} is missing' for f in MATH_JS if not (site/f).is_file()]
     notebooks = {p.stem for p in (root/'nbs').glob('*.ipynb')}
-    pages = sorted(p for p in site.glob('*.html') if p.stem != '404')
+    pages = sorted(p for p in site.rglob('*.html') if p.stem != '404' and not {'assets', 'search'} & set(p.parts))
     problems, outputs, images = list(missing), 0, 0
     for p in pages:
-        res, n_out, n_img = page_problems(p, p.stem in notebooks)
+        res, n_out, n_img = page_problems(p, p.parent == site and p.stem in notebooks)
         problems += res; outputs += n_out; images += n_img
         if browser: problems += browser_problems(p)
-    n_notebooks = len(notebooks & {p.stem for p in pages})
+    n_notebooks = len(notebooks & {p.stem for p in pages if p.parent == site})
     counts = f'{len(pages)} pages ({n_notebooks} notebooks), {outputs} outputs, {images} images'
     return problems, counts
 

@@ -93,12 +93,12 @@ undocumented = []  # public properties left out for want of a docstring, reporte
 
 def member_md(cls, name, member, owner):
     "Docs of a public method or property of `cls` (defined in `owner`), or None for a property without a docstring."
-    title = f'#### {cls.__name__}.{name}' + (' *(property)*' if isinstance(member, property) else '')
+    notes = ['property'] * isinstance(member, property) + [f'from {owner.__name__}'] * (owner is not cls)
+    md = f'#### {cls.__name__}.{name}' + (f' *({", ".join(notes)})*' if notes else '')  # one line: inherited or not
     doc = member_doc(cls, name)
     if isinstance(member, property) and not doc:
         undocumented.append(f'{cls.__name__}.{name}')
         return None
-    md = title + (f'\n\n*Inherited from `{owner.__name__}`.*' if owner is not cls else '')
     if not isinstance(member, property): md += '\n\n' + signature_md(name, getattr(cls, name), is_method=True)
     return md + (f'\n\n{doc}' if doc else '')
 
