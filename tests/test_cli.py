@@ -67,8 +67,8 @@ def test_top_level_help_lists_commands_with_examples(args, code):
     assert 'exit codes:' in text and '0    success' in text and '130' in text and '143' in text
 
 
-def test_readme_shows_the_current_help():
-    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'README.md').read_text()
+def test_the_runs_page_shows_the_current_help():
+    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'docs' / 'runs.md').read_text()
 
 
 CHAIN_MODULE = """

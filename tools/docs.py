@@ -20,6 +20,7 @@ root = Path(__file__).parent.parent
 _re_dir = re.compile(r'^\s*#\|')
 _re_heading = re.compile(r'^(#+ .*)$', re.MULTILINE)
 _re_md_link = re.compile(r'\]\((docs/[^)#]+)\.md([)#])')  # the README's links to docs/*.md, pages of the site
+_re_nb_link = re.compile(r'\]\(nbs/([^)#/]+)\.ipynb([)#])')  # the README's links to notebooks, pages of the site
 
 def skipped(cell):
     "Cells `nbdev_test` does not run: markdown, and code flagged `slow` or `eval: false`."
@@ -146,7 +147,7 @@ def page_cells(cells):
             if flagged: res.append(mk_cell('*Not run when the docs are built (nor by `nbdev_test`).*', 'markdown'))
         else:  # mkdocs-jupyter drops code spans from the titles in the navigation and the contents
             cell.source = _re_heading.sub(lambda m: m.group(1).replace('`', ''), cell.source)
-            cell.source = _re_md_link.sub(r'](\1.html\2', cell.source)
+            cell.source = _re_nb_link.sub(r'](\1.html\2', _re_md_link.sub(r'](\1.html\2', cell.source))
             res.append(cell)
     return res
 
