@@ -207,7 +207,7 @@ def manifest_differences(manifest:dict|None) -> list[str]:
 BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
 
 def check_env_dependencies(env_id):
-    "Build `env_id` once (registering the Atari envs for an `ALE/...` id); a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs."
+    "Build `env_id` once; a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs, or the id it does not know."
     spec = check_env_id(env_id)   # imports the module of a `module.path:EnvId` id, registers ale-py's for `ALE/...`
     try: gym.make(env_id).close()
     except DependencyNotInstalled as e:
