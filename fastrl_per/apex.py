@@ -98,15 +98,17 @@ def where() -> dict:
 class ReplayLost(RuntimeError):
     "A replay shard died (its node with it, say): what it held since the last checkpoint is gone, and the run cannot go on."
 
-def ray_init(address:str|None, num_cpus:float) -> bool:
-    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start a local one of `num_cpus` CPUs."
+def ray_init(address:str|None, num_cpus:float) -> str:
+    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start a local one of `num_cpus` CPUs; which."
     ray = require_ray()
-    if ray.is_initialized(): return False
+    if ray.is_initialized(): return 'in use'   # this process's own ray.init: the run leaves it running
     address = address or os.environ.get('RAY_ADDRESS')
-    if address: ray.init(address=address, log_to_driver=False)   # a cluster's resources are its own: none to pass
-    else: ray.init(address='local', num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+    if address:
+        ray.init(address=address, log_to_driver=False)   # a cluster's resources are its own: none to pass
+        return 'joined'
+    ray.init(address='local', num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                   _node_ip_address='127.0.0.1')   # a Ray of its own: on loopback, reachable from nowhere else
-    return True
+    return 'started'
 
 # %% ../nbs/13_apex.ipynb #8df678c3
 class ApexActor:
@@ -303,7 +305,7 @@ class ApexRun:
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
         self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
-        self.actors, self.calls, self.idle, self.pids, self.started_ray, self.placement = [], {}, [], [], False, {}
+        self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
         self.assemble(Batches(self), gamma, max_grad_norm, double=double, tau=tau, updates=max(1, round(total_steps * replay_ratio)))
         self.pipe = Publish(self.pipe, self, self.model, every=publish_every)
 
@@ -328,7 +330,7 @@ class ApexRun:
         ray, c, d = require_ray(), self.config, self.deployment
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         demand = len(self.epsilons) * d['actor_cpus'] + c['replay_shards'] * d['replay_cpus']
-        self.started_ray = ray_init(d['address'], d['num_cpus'] or max(os.cpu_count() or 1, math.ceil(demand)))
+        self.ray = ray_init(d['address'], d['num_cpus'] or max(os.cpu_count() or 1, math.ceil(demand)))
         try: self.place(ray, NodeAffinitySchedulingStrategy(d['replay_node'] or ray.get_runtime_context().get_node_id(), soft=False))
         except BaseException:
             self.end(ray)
@@ -357,7 +359,7 @@ class ApexRun:
         actors = ray.get(refs)
         shards = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
         self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
-        self.placement = dict(address=ray.get_runtime_context().gcs_address, started_ray=self.started_ray,
+        self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
                               learner=dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid()),
                               nodes=len([x for x in ray.nodes() if x['Alive']]), actors=actors, replay_shards=shards)
 
@@ -365,7 +367,7 @@ class ApexRun:
         "Kill the actors and shards, and end Ray if this run started it."
         for a in [*self.actors, *self.replay.servers]: ray.kill(a, no_restart=True)
         self.replay.servers, self.replay.pending, self.actors, self.calls = [], [], [], {}
-        if self.started_ray: ray.shutdown()
+        if self.ray != 'in use': ray.shutdown()   # a joined cluster goes on without this run
 
     def close(self):
         "Keep the replay's buffer in this process, then end the actors, and Ray if this run started it. A lost replay keeps none."
