@@ -374,6 +374,7 @@ class ApexRun:
         if not self.running: return
         ray = require_ray()
         try:
+            if self.calls: ray.wait(list(self.calls), num_returns=len(self.calls), timeout=self.timeout)   # ended calls: no retry notices
             self.replay.flush()
             self.replay_state = self.replay.state_dicts()
         except ReplayLost: pass   # `replay.lost` says so: `state_dict` refuses, the last checkpoint is where to resume
