@@ -54,19 +54,20 @@ class ReplayServer:
         return self.buffer.storage.n_added
 
     def draw(self, counts) -> dict:
-        "Prioritized batches of `counts[j]` transitions (None for 0), drawn one after another, with `totals()` after the draws."
+        "Prioritized batches of `counts[j]` transitions (None for 0), drawn one after another; `totals()` after them."
         counts = [check_int('count', int(c), low=0) for c in counts]
-        if any(counts) and not len(self.buffer): raise ValueError(f"cannot draw {max(counts)} transitions from an empty shard")
+        if any(counts) and not len(self.buffer):
+            raise ValueError(f"cannot draw {max(counts)} transitions from an empty shard")
         return dict(batches=[self.buffer.sample(c) if c else None for c in counts], **self.totals())
 
     def totals(self) -> dict:
-        "What the learner needs to sample across shards: the total and the least priority leaf (p ** alpha), size and beta."
+        "What the learner needs to sample across shards: the total and least priority leaf (p ** alpha), size, beta."
         tree = self.buffer.prioritizer.tree
         return dict(total=float(tree.total), least=float(tree.min) if len(self.buffer) else math.inf,
                     size=len(self.buffer), beta=self.buffer.beta)
 
     def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> dict:
-        "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. `totals()` after it."
+        "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. Then `totals()`."
         self.buffer.update_priorities(idxs, td)
         if fraction is not None: self.buffer.anneal_beta(fraction, final)
         return self.totals()
@@ -96,10 +97,10 @@ def where() -> dict:
     return dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid())
 
 class ReplayLost(RuntimeError):
-    "A replay shard died (its node with it, say): what it held since the last checkpoint is gone, and the run cannot go on."
+    "A replay shard died (its node with it, say) or went silent: what it held since the last checkpoint is gone."
 
 def ray_init(address:str|None, num_cpus:float) -> str:
-    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start a local one of `num_cpus` CPUs; which."
+    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start one of `num_cpus` CPUs: which."
     ray = require_ray()
     if ray.is_initialized(): return 'in use'   # this process's own ray.init: the run leaves it running
     address = address or os.environ.get('RAY_ADDRESS')
@@ -115,7 +116,7 @@ class ApexActor:
     "Steps its own envs with a local copy of the Q-network and its own exploration rate; pushes n-step transitions with their priorities."
     def __init__(self,
                  env_id:str, # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
-                 replay, # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (the shards, in turn)
+                 replay, # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  epsilon:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
@@ -128,7 +129,8 @@ class ApexActor:
                  decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
-        self.shards, self.gamma, self.timeout, self.pushes = replay if isinstance(replay, list) else [replay], check_gamma(gamma), timeout, 0
+        self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
+        self.gamma, self.timeout = check_gamma(gamma), timeout
         start = epsilon if eps_start is None else eps_start
         self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm), n_actions, start, epsilon, decay_steps, seed=seed)
         self.policy.agent.steps = check_int('steps', steps, low=0)
@@ -146,7 +148,7 @@ class ApexActor:
                     returns=[r for _, r in self.episodes.returns[ended:]], pid=os.getpid())
 
     def push(self, batch:SimpleStep, td:torch.Tensor):
-        "Add to the next shard in turn: a direct call in one process, a Ray call (waited for, with a timeout) across processes."
+        "Add to the next shard in turn: a direct call in one process, a Ray call (waited for, with a timeout) across them."
         shard, self.pushes = self.shards[self.pushes % len(self.shards)], self.pushes + 1
         if isinstance(shard, ReplayServer): shard.add(batch, td)
         else: ray_get(shard.add.remote(batch, td.numpy()), self.timeout, 'the replay actor')   # numpy: cheap to unpickle
@@ -167,10 +169,11 @@ def shard_counts(totals, n:int, bs:int, rng:np.random.Generator) -> np.ndarray:
     return rng.multinomial(bs, p / p.sum(), size=n)
 
 def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
-    "The batches of every shard's `draw` answer joined: idxs made global, weights normalised by the least priority of all."
+    "The batches of every shard's `draw` answer joined: idxs made global, weights normalised by the least priority."
     least, joined = min(a['least'] for a in answers), []
     for j in range(len(answers[0]['batches'])):
-        parts = [(k, a['batches'][j], (least / a['least']) ** a['beta']) for k, a in enumerate(answers) if a['batches'][j] is not None]
+        parts = [(k, a['batches'][j], (least / a['least']) ** a['beta'])
+                 for k, a in enumerate(answers) if a['batches'][j] is not None]
         batch = parts[0][1] if len(parts) == 1 else SimpleStep.from_steps([b for _, b, _ in parts])
         batch.idxs = torch.cat([b.idxs + k * capacity for k, b, _ in parts])
         batch.weights = torch.cat([b.weights * float(scale) for _, b, scale in parts])
@@ -179,10 +182,12 @@ def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
 
 # %% ../nbs/13_apex.ipynb #ab16b5f3
 class ReplayClient:
-    "The learner's handle on the `ReplayServer` shards, with the buffer methods the DQN stages call: priority feedback, gathered and sent one call at a time; beta annealing."
+    """The learner's handle on the `ReplayServer` shards with the buffer methods the DQN stages call: priority feedback,
+    gathered and sent one call a shard at a time; beta annealing; batches drawn across the shards."""
     def __init__(self, beta:float, timeout:float, capacity:int, shards:int=1):
-        self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: the Ray handles, set while a run runs
-        self.capacity, self.totals, self.lost = capacity, [dict(total=0., least=math.inf, size=0, beta=beta)] * shards, None
+        self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: Ray handles while a run runs
+        self.capacity, self.lost = capacity, None   # `lost`: why a shard is gone, once one is
+        self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # each shard's, as its last answer said
         self.beta0 = self.beta = beta
         self.fraction, self.final = None, 1.
 
@@ -191,13 +196,13 @@ class ReplayClient:
         self.gathered.append(feedback_arrays(idxs, td))
 
     def send(self):
-        "Send the feedback gathered (and the latest beta annealing) to every shard in one call each, once the previous calls have answered."
+        "Send the feedback gathered (and the latest beta annealing), one call a shard, once the previous calls have answered."
         if not self.gathered: return
         self.wait()
         idxs, td = (np.concatenate(a) for a in zip(*self.gathered))
         shard = idxs // self.capacity
-        self.pending = [(k, s.update_priorities.remote(idxs[shard == k] % self.capacity, td[shard == k], self.fraction, self.final))
-                        for k, s in enumerate(self.servers)]
+        self.pending = [(k, s.update_priorities.remote(idxs[shard == k] % self.capacity, td[shard == k], self.fraction,
+                                                       self.final)) for k, s in enumerate(self.servers)]
         self.gathered = []
 
     def anneal_beta(self, fraction:float, final:float=1.):
@@ -208,7 +213,8 @@ class ReplayClient:
         "The answer of shard `k` to call `ref`; a `ReplayLost` naming the shard if it died or did not answer in time."
         ray = require_ray()
         try: return ray.get(ref, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError: self.lost = f"replay shard {k} of {len(self.servers)} did not answer within {self.timeout:g} s"
+        except ray.exceptions.GetTimeoutError:
+            self.lost = f"replay shard {k} of {len(self.servers)} did not answer within {self.timeout:g} s"
         except ray.exceptions.RayActorError as e:
             self.lost = f"replay shard {k} of {len(self.servers)} died ({' '.join(str(e).split())[:160]})"
         raise ReplayLost(self.lost)
@@ -223,8 +229,9 @@ class ReplayClient:
         self.send(); self.wait()
 
     def draws(self, n:int, bs:int, rng:np.random.Generator) -> list:
-        "Ask every shard for its part of `n` batches of `bs` (nothing before `bs` transitions are stored): `(shard, ref)` pairs."
-        totals = [t['total'] for t in self.totals] if sum(t['size'] for t in self.totals) >= bs else [0.] * len(self.totals)
+        "Ask every shard for its part of `n` batches of `bs` (none before `bs` transitions are stored): `(shard, ref)` pairs."
+        stored = sum(t['size'] for t in self.totals) >= bs
+        totals = [t['total'] if stored else 0. for t in self.totals]
         counts = shard_counts(totals, n, bs, rng)
         return [(k, s.draw.remote(counts[:, k])) for k, s in enumerate(self.servers)]
 
@@ -232,7 +239,7 @@ class ReplayClient:
         "The batches of `draws` (an empty list if nothing was drawn); the shards' totals follow them."
         answers = [self.get(k, ref) for k, ref in draws]
         self.totals = [{k: a[k] for k in ('total', 'least', 'size', 'beta')} for a in answers]
-        drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: each batch has `bs` from somewhere
+        drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: a batch has `bs` from some shard
         return join_shards(answers, self.capacity) if drawn else []
 
     def state_dicts(self) -> list[dict]:
@@ -243,7 +250,7 @@ class ReplayClient:
 DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')   # where a run runs: not in its config
 
 class ApexRun:
-    "Ape-X: the learner in this process, `actors` `ApexActor`s and `replay_shards` `ReplayServer`s as Ray actors while it runs."
+    "Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while it runs."
     def __init__(self,
                  env_id:str='CartPole-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  actors:int=2, # env-stepping actors
@@ -274,8 +281,8 @@ class ApexRun:
                  replay_shards:int=1, # replay actors, each holding its part of the buffer
                  max_restarts:int=3, # times Ray restarts a dead actor
                  timeout:float=60., # seconds any Ray call may take
-                 address:str|None=None, # the Ray cluster to join (default: $RAY_ADDRESS; 'auto': the one started on this machine); none: a local Ray
-                 num_cpus:float|None=None, # CPUs of the local Ray, if this run starts one (default: enough for its actors, at least the machine's)
+                 address:str|None=None, # the Ray cluster to join (default: $RAY_ADDRESS; 'auto': this machine's); none: a Ray of its own
+                 num_cpus:float|None=None, # CPUs of the Ray it starts (default: enough for its actors, at least the machine's)
                  actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
                  replay_cpus:float=0., # CPUs each replay shard asks Ray for
                  replay_node:str|None=None): # Ray node id of the replay shards (default: the learner's node)
@@ -325,13 +332,15 @@ class ApexRun:
     def running(self) -> bool: return bool(self.replay.servers)
 
     def start(self):
-        "Join or start Ray, place the replay shards (on the learner's node) with the run's buffer and the actors (spread); the actors' envs start afresh."
+        """Join or start Ray, place the replay shards (on the learner's node) with the run's buffer and the actors (spread);
+        the actors' envs start afresh."""
         if self.running: return self
         ray, c, d = require_ray(), self.config, self.deployment
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         demand = len(self.epsilons) * d['actor_cpus'] + c['replay_shards'] * d['replay_cpus']
         self.ray = ray_init(d['address'], d['num_cpus'] or max(os.cpu_count() or 1, math.ceil(demand)))
-        try: self.place(ray, NodeAffinitySchedulingStrategy(d['replay_node'] or ray.get_runtime_context().get_node_id(), soft=False))
+        here = ray.get_runtime_context().get_node_id()
+        try: self.place(ray, NodeAffinitySchedulingStrategy(d['replay_node'] or here, soft=False))
         except BaseException:
             self.end(ray)
             raise
@@ -339,28 +348,34 @@ class ApexRun:
         return self
 
     def place(self, ray, beside):
-        "Start the replay shards with strategy `beside` and load the run's buffer into them, then the actors; wait until all run."
+        "Start the replay shards with strategy `beside`, load the run's buffer into them, then the actors; wait until all run."
         c, d, n = self.config, self.deployment, len(self.epsilons)
         servers = [ray.remote(ReplayServer).options(num_cpus=d['replay_cpus'], scheduling_strategy=beside).remote(
-            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k) for k in range(c['replay_shards'])]
+            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
+                   for k in range(c['replay_shards'])]
         self.replay.servers = servers
-        for k, (s, state) in enumerate(zip(servers, self.replay_state)): self.replay.get(k, s.load_state_dict.remote(state))
-        actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD', max_restarts=c['max_restarts'],
+        for k, (s, state) in enumerate(zip(servers, self.replay_state)):
+            self.replay.get(k, s.load_state_dict.remote(state))
+        actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD',
+                                                    max_restarts=c['max_restarts'],
                                                     max_task_retries=-1,   # a call cut short by a death runs again
                                                     runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
-        self.actors = [actor_class.remote(c['env_id'], servers[i % len(servers):] + servers[:i % len(servers)], e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'], c['n_step'],
-                                          c['gamma'], c['hidden'], c['layer_norm'], self.timeout, c['eps_start'], self.decay,
-                                          self.actor_steps[i]) for i, e in enumerate(self.epsilons)]   # actor i pushes to shard i first
+        turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
+        self.actors = [actor_class.remote(c['env_id'], turn(i), e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'],
+                                          c['n_step'], c['gamma'], c['hidden'], c['layer_norm'], self.timeout, c['eps_start'],
+                                          self.decay, self.actor_steps[i]) for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]
         done, _ = ray.wait(refs, num_returns=n, timeout=self.timeout)
         if len(done) < n:
-            raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for {d['actor_cpus']:g} CPU "
-                               f"(--actor-cpus) and Ray has {ray.available_resources().get('CPU', 0):g} of {ray.cluster_resources().get('CPU', 0):g} free")
+            free, cpus = ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0)
+            raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
+                               f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
         actors = ray.get(refs)
         shards = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
         self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
         self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
-                              learner=dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid()),
+                              learner=dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),
+                                           pid=os.getpid()),
                               nodes=len([x for x in ray.nodes() if x['Alive']]), actors=actors, replay_shards=shards)
 
     def end(self, ray):
@@ -370,11 +385,12 @@ class ApexRun:
         if self.ray != 'in use': ray.shutdown()   # a joined cluster goes on without this run
 
     def close(self):
-        "Keep the replay's buffer in this process, then end the actors, and Ray if this run started it. A lost replay keeps none."
+        "Keep the replay's buffer in this process, then end the actors, and Ray if this run began it. A lost replay keeps none."
         if not self.running: return
         ray = require_ray()
         try:
-            if self.calls: ray.wait(list(self.calls), num_returns=len(self.calls), timeout=self.timeout)   # ended calls: no retry notices
+            if self.calls:   # calls that ended before their actors do: no notices of retries
+                ray.wait(list(self.calls), num_returns=len(self.calls), timeout=self.timeout)
             self.replay.flush()
             self.replay_state = self.replay.state_dicts()
         except ReplayLost: pass   # `replay.lost` says so: `state_dict` refuses, the last checkpoint is where to resume
@@ -396,7 +412,7 @@ class ApexRun:
         return self.episodes.frames > self.updates / self.config['replay_ratio'] + slack
 
     def harvest(self, wait:bool):
-        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process is a restart, its place recorded."
+        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process is a restart (its place kept)."
         ray, calls, last = require_ray(), self.calls, len(self.actors) - 1
         done, _ = ray.wait(list(calls), num_returns=1 if wait else len(calls), timeout=self.timeout if wait else 0)
         if wait and not done: raise TimeoutError(f"no actor answered within {self.timeout:g} s")
@@ -405,10 +421,9 @@ class ApexRun:
             self.idle.append(i)
             try: result = ray_get(ref, self.timeout, f'actor {i}')
             except ray.exceptions.RayError as e:
-                for k, s in enumerate(self.replay.servers): self.replay.get(k, s.stats.remote())   # a ReplayLost if a shard died
-                why = str(e).strip().splitlines()[0]
-                raise RuntimeError(f"actor {i} died and cannot be restarted: {why}" if isinstance(e, ray.exceptions.RayActorError)
-                                   else f"actor {i} failed: {why}") from None
+                for k, s in enumerate(self.replay.servers): self.replay.get(k, s.stats.remote())   # ReplayLost if a shard died
+                why, dead = str(e).strip().splitlines()[0], isinstance(e, ray.exceptions.RayActorError)
+                raise RuntimeError(f"actor {i} died and cannot be restarted: {why}" if dead else f"actor {i} failed: {why}") from None
             if result['pid'] != self.pids[i]:
                 self.restarts[i] += 1
                 self.placement['actors'][i] = ray_get(self.actors[i].where.remote(), self.timeout, f'actor {i}')
@@ -458,14 +473,16 @@ class ApexRun:
     def recent(self, n:int=20) -> float: return self.episodes.recent(n)
 
     def describe(self, resumed:bool=False) -> str:
-        "A line on the run's actors: their exploration, whose returns count, restarts, where they ran; for a `resumed` run, what started afresh."
+        """A line on the run's actors: their exploration, whose returns count, restarts, where they ran; for a `resumed` run,
+        what started afresh."""
         rates, n, p = ', '.join(f"{e:.2g}" for e in self.epsilons), len(self.epsilons), self.placement
         line = (f"Ape-X: {n} actor{'s' if n > 1 else ''} on Ray exploring at epsilon {rates} after the decay; "
                 f"episode returns are actor {n - 1}'s (the least exploring); {sum(self.restarts)} actor restarts")
         if p:
             beside = all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards'])
-            line += (f"; on {len({a['node_id'] for a in p['actors']})} of {p['nodes']} nodes, {len(p['replay_shards'])} replay shard"
-                     f"{'s' if len(p['replay_shards']) > 1 else ''} {'on the learner' if beside else 'off the learner'}'s node")
+            k = len(p['replay_shards'])
+            line += (f"; on {len({a['node_id'] for a in p['actors']})} of {p['nodes']} nodes, {k} replay shard{'s' if k > 1 else ''} "
+                     f"{'on' if beside else 'off'} the learner's node")
         if resumed: line += "; resumed with the replay, networks, optimiser, counters and weights version of the checkpoint, the actors' envs started afresh"
         return line
 
@@ -473,20 +490,21 @@ class ApexRun:
         "The replay's counts, over all shards (from the replay actors while Ray runs)."
         if self.running:
             shards = [self.replay.get(k, s.stats.remote()) for k, s in enumerate(self.replay.servers)]
-            return dict(n_added=sum(s['n_added'] for s in shards), size=sum(s['size'] for s in shards), beta=shards[0]['beta'],
-                        pids=[s['pid'] for s in shards])
+            return dict(n_added=sum(s['n_added'] for s in shards), size=sum(s['size'] for s in shards),
+                        beta=shards[0]['beta'], pids=[s['pid'] for s in shards])
         return dict(n_added=sum(s['n_added'] for s in self.replay_state), beta=self.replay.beta,
                     size=sum(min(s['n_added'], self.capacity) for s in self.replay_state))
 
     def state_dict(self) -> dict:
-        "What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs), plus the actors' step counts and the weights version."
+        """What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs), plus the actors' step
+        counts, the weights version and the shard sampler's state."""
         if self.replay.lost: raise ReplayLost(f"{self.replay.lost}: the run holds no replay to save")
         replay = self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
                     target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(), replay=replay,
                     agent=self.agent.state_dict(), frames=self.episodes.frames, returns=list(self.episodes.returns),
-                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version, torch_rng=torch.get_rng_state(),
-                    shard_rng=self.shard_rng.bit_generator.state)
+                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version,
+                    torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state)
 
     def load_state_dict(self, state:dict):
         "Restore `state_dict()` of a run with the same config, before `start`; a `ValueError` (and no change) if it does not fit."
@@ -502,8 +520,9 @@ class ApexRun:
             diff = {k: (config.get(k), v) for k, v in self.config.items() if config.get(k) != v}
             raise ValueError(f"checkpoint config differs from this run's (checkpoint, run): {diff}")
         if len(state['actor_steps']) != len(self.actor_steps): raise ValueError(f"checkpoint of {len(state['actor_steps'])} actors, not {len(self.actor_steps)}")
-        replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])   # older checkpoints: one buffer
-        if len(replay) != len(self.replay_state): raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
+        replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])   # older ones: one buffer
+        if len(replay) != len(self.replay_state):
+            raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
         for shard, s in zip(self.new_shards(), replay): shard.load_state_dict(s)   # checked by the buffer class itself
         try:
             self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])

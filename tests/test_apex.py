@@ -291,8 +291,8 @@ def test_train_joins_a_cluster_spreads_its_actors_and_resumes_without_it(cluster
     assert 'on 2 of 2 nodes, 1 replay shard on the learner\'s node' in done.stdout
     state = torch.load(out / 'checkpoint.pt', weights_only=True)
     assert 'address' not in state['config'] and 'num_cpus' not in state['config']   # the deployment is not the run
-    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 200, '--no-progress')
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 200, '--actor-cpus', 0.5, '--no-progress')
+    assert resumed.returncode == 0, resumed.stderr   # where it runs may change on a resume: --actor-cpus is no contradiction
     legs = json.loads((out / 'run.json').read_text())['legs']
     assert len(legs) == 2 and legs[1]['ray']['ray'] == 'started' and legs[1]['ray']['address'] != cluster.address
 
