@@ -126,7 +126,7 @@ def capacity(repeats=300):
     return rows
 
 def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
-    "Transitions/s into the replay and updates/s of Ape-X with `actors` light actors for 1, 2 and 4 shards; where each run placed them."
+    "Transitions/s into the replay and updates/s of Ape-X with `actors` light actors for 1, 2 and 4 shards; their placement."
     if cluster:   # before Ray is imported: its temp dir and loopback as this machine's address (see tests/test_apex.py)
         import tempfile
         os.environ.update(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
@@ -147,14 +147,14 @@ def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
             run = ApexRun('CartPole-v1', actors=actors, seed=0, total_steps=steps, bs=64, chunk=50, replay_ratio=0.25,
                           replay_shards=shards, actor_cpus=actor_cpus, timeout=120).start()
             try:
-                for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # started and warm
+                for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # warm
                 n0, start = run.stats()['n_added'], time.perf_counter()
                 updates = sum(1 for _ in run.iterate(steps))
                 seconds, n1 = time.perf_counter() - start, run.stats()['n_added']
                 p = run.placement
+                beside = all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards'])
                 rows.append(dict(shards=shards, transitions_s=(n1 - n0) / seconds, updates_s=updates / seconds,
-                                 actor_nodes=len({a['node_id'] for a in p['actors']}), nodes=p['nodes'],
-                                 beside=all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards']), placement=p))
+                                 actor_nodes=len({a['node_id'] for a in p['actors']}), nodes=p['nodes'], beside=beside, placement=p))
             finally: run.close()
     finally:
         ray.shutdown()
@@ -202,15 +202,18 @@ def main():
     if args.shards:
         rows = shard_throughput(args.steps, args.cluster)
         where = 'a two-node Ray cluster on loopback (1 CPU a node)' if args.cluster else 'a local Ray of 2 CPUs'
-        print(f"Ape-X, 8 actors of 0.25 CPU on CartPole-v1, {args.steps} env steps per row, replay ratio 0.25, batch 64, on {where}; "
-              f"this machine: {os.cpu_count()} CPUs\n")
-        print("| replay shards | transitions/s into replay | learner updates/s | actors on nodes | shards on the learner's node |\n|---:|---:|---:|---:|---|")
+        print(f"Ape-X, 8 actors of 0.25 CPU on CartPole-v1, {args.steps} env steps per row, replay ratio 0.25, batch 64, "
+              f"on {where}; this machine: {os.cpu_count()} CPUs\n")
+        print("| replay shards | transitions/s into replay | learner updates/s | actors on nodes | shards on the learner's node |\n"
+              "|---:|---:|---:|---:|---|")
         for r in rows:
-            print(f"| {r['shards']} | {r['transitions_s']:.0f} | {r['updates_s']:.0f} | {r['actor_nodes']} of {r['nodes']} | {'yes' if r['beside'] else 'no'} |")
+            print(f"| {r['shards']} | {r['transitions_s']:.0f} | {r['updates_s']:.0f} | {r['actor_nodes']} of {r['nodes']} | "
+                  f"{'yes' if r['beside'] else 'no'} |")
         p = rows[-1]['placement']
         short = lambda w: f"{w['node_id'][:8]}@{w['ip']}"
-        print(f"\nplacement of the 4-shard run (node id prefix@IP; Ray {p['ray']} at {p['address']}): learner {short(p['learner'])}; "
-              f"actors {', '.join(map(short, p['actors']))}; replay shards {', '.join(map(short, p['replay_shards']))}")
+        print(f"\nplacement of the 4-shard run (node id prefix@IP; Ray {p['ray']} at {p['address']}): "
+              f"learner {short(p['learner'])}; actors {', '.join(map(short, p['actors']))}; "
+              f"replay shards {', '.join(map(short, p['replay_shards']))}")
         return
     modes = ['single', 'process', 'thread', 'ray1', 'ray2']
     names = {'single': '(a) single process', 'process': '(b) collector, worker process', 'thread': '(b) collector, worker thread',

@@ -232,7 +232,7 @@ def learner_classes() -> dict:
     return dict(mlp=Learner, recurrent=RecurrentLearner)
 
 def restore_learner(state:dict, **deployment) -> Learner:
-    "The learner a checkpoint was written by, with its state restored; `deployment`: where an Ape-X run runs now (`DEPLOYMENT`)."
+    "The learner a checkpoint was written by, with its state restored; `deployment`: where an Ape-X run runs now."
     classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
     if state.get('learner') not in classes: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
@@ -260,7 +260,7 @@ def env_defaults(env_id, config:dict, params) -> dict:
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
     "The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only."
     state = load_checkpoint(run_dir)
-    deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where the run runs may change: it is not the run
+    deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
     old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
     conflicts = [f"{flag(k)} {v!r} (the run has {old.get(k)!r})" for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
@@ -484,7 +484,7 @@ def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bo
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
     save_checkpoint(learner.state_dict(), run_dir / 'checkpoint.pt')
     manifest.update(env_steps=learner.episodes.frames, updates=updates, episodes=len(learner.episodes.returns), updated=now())
-    if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its actors and replay shards ran
+    if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
     if ended: manifest['ended'] = manifest['legs'][-1]['ended'] = manifest['updated']
     write_manifest(run_dir, manifest)
     share_mode(run_dir)
@@ -522,7 +522,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
-        if isinstance(learner, ApexRun): learner.start()   # Ray and its actors before any file is written: a failed start leaves none
+        if isinstance(learner, ApexRun): learner.start()   # Ray and its actors before any file: a failed start writes none
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
@@ -547,7 +547,8 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
             best_score, best = score, dict(frame=frame, eval_return=score)
         return score
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
-        error = ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
+        first = str(why).splitlines()[0]
+        error = ValueError(f"training stopped at step {step}: {first}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
         manifest['ended'] = manifest['legs'][-1]['ended'] = now()   # run.json closed, still describing the checkpoint
         manifest['legs'][-1]['error'] = str(error)
         write_manifest(run_dir, manifest)
