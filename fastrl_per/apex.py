@@ -185,9 +185,9 @@ class ReplayClient:
     """The learner's handle on the `ReplayServer` shards with the buffer methods the DQN stages call: priority feedback,
     gathered and sent one call a shard at a time; beta annealing; batches drawn across the shards."""
     def __init__(self, beta:float, timeout:float, capacity:int, shards:int=1):
-        self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: Ray handles while a run runs
-        self.capacity, self.lost = capacity, None   # `lost`: why a shard is gone, once one is
-        self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # each shard's, as its last answer said
+        self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: set while a run runs
+        self.capacity, self.lost, self.places = capacity, None, [None] * shards   # `lost`: why a shard is gone
+        self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # as each shard last answered
         self.beta0 = self.beta = beta
         self.fraction, self.final = None, 1.
 
@@ -196,7 +196,7 @@ class ReplayClient:
         self.gathered.append(feedback_arrays(idxs, td))
 
     def send(self):
-        "Send the feedback gathered (and the latest beta annealing), one call a shard, once the previous calls have answered."
+        "Send the feedback gathered (and the latest beta annealing), one call a shard, once the last calls have answered."
         if not self.gathered: return
         self.wait()
         idxs, td = (np.concatenate(a) for a in zip(*self.gathered))
@@ -211,12 +211,11 @@ class ReplayClient:
 
     def get(self, k:int, ref):
         "The answer of shard `k` to call `ref`; a `ReplayLost` naming the shard if it died or did not answer in time."
-        ray = require_ray()
+        ray, w = require_ray(), self.places[k]
+        shard = f"replay shard {k} of {len(self.servers)}" + (f" on {w['ip']} (node {w['node_id'][:8]})" if w else '')
         try: return ray.get(ref, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError:
-            self.lost = f"replay shard {k} of {len(self.servers)} did not answer within {self.timeout:g} s"
-        except ray.exceptions.RayActorError as e:
-            self.lost = f"replay shard {k} of {len(self.servers)} died ({' '.join(str(e).split())[:160]})"
+        except ray.exceptions.GetTimeoutError: self.lost = f"{shard} did not answer within {self.timeout:g} s"
+        except ray.exceptions.RayActorError as e: self.lost = f"{shard} died ({type(e).__name__})"
         raise ReplayLost(self.lost)
 
     def wait(self):
@@ -229,7 +228,7 @@ class ReplayClient:
         self.send(); self.wait()
 
     def draws(self, n:int, bs:int, rng:np.random.Generator) -> list:
-        "Ask every shard for its part of `n` batches of `bs` (none before `bs` transitions are stored): `(shard, ref)` pairs."
+        "Ask every shard for its part of `n` batches of `bs` (none before `bs` are stored): `(shard, ref)` pairs."
         stored = sum(t['size'] for t in self.totals) >= bs
         totals = [t['total'] if stored else 0. for t in self.totals]
         counts = shard_counts(totals, n, bs, rng)
@@ -239,7 +238,7 @@ class ReplayClient:
         "The batches of `draws` (an empty list if nothing was drawn); the shards' totals follow them."
         answers = [self.get(k, ref) for k, ref in draws]
         self.totals = [{k: a[k] for k in ('total', 'least', 'size', 'beta')} for a in answers]
-        drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: a batch has `bs` from some shard
+        drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: `bs` each, or none
         return join_shards(answers, self.capacity) if drawn else []
 
     def state_dicts(self) -> list[dict]:
@@ -371,7 +370,7 @@ class ApexRun:
             raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
                                f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
         actors = ray.get(refs)
-        shards = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
+        shards = self.replay.places = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
         self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
         self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
                               learner=dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),

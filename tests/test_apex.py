@@ -251,9 +251,10 @@ def cluster(tmp_path_factory):
         shutil.rmtree(settings['RAY_TMPDIR'], ignore_errors=True)
 
 
-def on_cluster(cluster, *args, wait=True, timeout=240):
-    "`fastrl_per train ...` with RAY_ADDRESS set to `cluster`: its result, or the process if not `wait`."
-    env = dict(os.environ, RAY_ADDRESS=cluster.address)
+def on_cluster(cluster, *args, wait=True, timeout=240, flag=False):
+    "`fastrl_per train ...` with RAY_ADDRESS set to `cluster` (`flag`: --ray-address instead): its result, or the process."
+    env = {k: v for k, v in os.environ.items() if k != 'RAY_ADDRESS'} if flag else dict(os.environ, RAY_ADDRESS=cluster.address)
+    if flag: args = (*args, '--ray-address', cluster.address)
     cmd = [*COMMAND, 'train', *map(str, args)]
     if wait: return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -337,18 +338,20 @@ def test_losing_the_replays_node_ends_with_one_line_and_a_checkpoint_to_resume(c
     node = cluster.add_node(**cluster.node_args)
     out = tmp_path / 'run'
     proc = on_cluster(cluster, '--actors', 2, '--actor-cpus', 0.5, '--steps', 50_000, '--checkpoint-every', 200, '--replay-node',
-                      node.node_id, '--out', out, *FAST, wait=False)
+                      node.node_id, '--out', out, *FAST, wait=False, flag=True)
     try:
         wait_for_saved_steps(proc, out, 200)
-        assert placed(out)['replay_shards'][0]['node_id'] == node.node_id
+        where = placed(out)
+        assert where['replay_shards'][0]['node_id'] == node.node_id and where['address'] == cluster.address
         cluster.remove_node(node, allow_graceful=False)
         _, stderr = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None: proc.kill()
     ours = [line for line in stderr.splitlines() if line.startswith('fastrl_per train:')]
+    print(ours)   # shown with -s: the line a user reads
     assert proc.returncode == 1 and 'Traceback' not in stderr and len(ours) == 1, stderr
     manifest, state = json.loads((out / 'run.json').read_text()), torch.load(out / 'checkpoint.pt', weights_only=True)
-    assert re.search(r"training stopped at step \d+: replay shard 0 of 1 (died|did not answer)", ours[0]), ours[0]
+    assert re.search(r"training stopped at step \d+: replay shard 0 of 1 on 127.0.0.1 \(node \w{8}\) (died|did not answer)", ours[0]), ours[0]
     assert f"{out / 'checkpoint.pt'} keeps step {state['frames']}" in ours[0] and state['frames'] >= 200
     assert manifest['ended'] and 'replay shard 0' in manifest['legs'][-1]['error'] and manifest['env_steps'] == state['frames']
     resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 100, '--no-progress')
