@@ -3,6 +3,12 @@ single-process Learner, (b) the Learner with its collector (`fastrl_per train --
 worker in a process or a thread, (c) Ape-X on a local Ray with 1 and 2 actors; then the replay
 actor's capacity.
 
+`--shards` measures the replay instead: transitions per second into the replay and learner updates
+per second with 8 light actors (0.25 CPU each, CartPole-v1, replay ratio 0.25 so the learner
+does not hold them back) for 1, 2 and 4 replay shards; `--cluster` runs it on a two-node Ray
+cluster on this machine (ray.cluster_utils.Cluster, 1 CPU a node, loopback only) and prints
+where the actors and shards ran.
+
 Every mode runs the same DQN at one update per env step (batch 64) for `--steps` env steps,
 timed after start-up (Ray's start, the actors' and the collector's worker's imports are not counted), each in a fresh
 process so that its peak memory is its own. It runs on plain CartPole-v1 and Acrobot-v1, whose
@@ -24,6 +30,7 @@ The GIL's cost to the background collector: CPU and wall time per update of the 
 thread alone and beside a thread that steps CartPole every millisecond.
 
     python benchmarks/scale.py --steps 3000
+    python benchmarks/scale.py --shards --cluster --steps 4000
 """
 import argparse, json, os, resource, subprocess, sys, time
 import numpy as np
@@ -76,7 +83,7 @@ def run_apex(env_id, steps, actors):
         start = time.perf_counter()
         updates = sum(1 for _ in run.iterate(steps))
         seconds = time.perf_counter() - start
-        pids = [ray_get(a.collect.remote(None, 0, 1), 60, 'actor')['pid'] for a in run.actors] + [run.stats()['pid']]
+        pids = [ray_get(a.collect.remote(None, 0, 1), 60, 'actor')['pid'] for a in run.actors] + run.stats()['pids']
         return dict(seconds=seconds, env_steps=run.episodes.frames, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
     finally: run.close()
 
@@ -106,16 +113,54 @@ def capacity(repeats=300):
         return 1e6 * (t1 - t0) / repeats, 1e6 * (t2 - t1) / repeats
     local = ReplayServer(max_sz=100_000, bs=256, seed=0)
     def local_sample_update():
-        b, = local.sample_batches(1, 256); local.update_priorities(b.idxs, torch.rand(256))
+        b, = local.draw([256])['batches']; local.update_priorities(b.idxs, torch.rand(256))
     rows = [('in process',) + timed(lambda: local.add(steps, td), local_sample_update)]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         remote = ray.remote(ReplayServer).options(num_cpus=0).remote(100_000, 256, 0.6, 0.4, 1e-6, 0)
         def remote_sample_update():
-            b, = ray_get(remote.sample_batches.remote(1, 256), 60, 'replay')
+            b, = ray_get(remote.draw.remote([256]), 60, 'replay')['batches']
             ray_get(remote.update_priorities.remote(b.idxs.numpy(), np.random.rand(256)), 60, 'replay')
         rows.append(('Ray actor, each call waited for',) + timed(lambda: ray_get(remote.add.remote(steps, td.numpy()), 60, 'replay'), remote_sample_update))
     finally: ray.shutdown()
+    return rows
+
+def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
+    "Transitions/s into the replay and updates/s of Ape-X with `actors` light actors for 1, 2 and 4 shards; their placement."
+    if cluster:   # before Ray is imported: its temp dir and loopback as this machine's address (see tests/test_apex.py)
+        import tempfile
+        os.environ.update(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
+    import ray
+    from fastrl_per.apex import ApexRun, ray_get
+    torch.set_num_threads(1)
+    nodes = None
+    if cluster:
+        from ray.cluster_utils import Cluster
+        node = dict(num_cpus=1, node_ip_address='127.0.0.1', include_dashboard=False)
+        nodes = Cluster(initialize_head=True, head_node_args=node)
+        nodes.add_node(**node)
+        ray.init(address=nodes.address, log_to_driver=False)
+    else: ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rows = []
+    try:
+        for shards in (1, 2, 4):
+            run = ApexRun('CartPole-v1', actors=actors, seed=0, total_steps=steps, bs=64, chunk=50, replay_ratio=0.25,
+                          replay_shards=shards, actor_cpus=actor_cpus, timeout=120).start()
+            try:
+                for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # warm
+                n0, start = run.stats()['n_added'], time.perf_counter()
+                updates = sum(1 for _ in run.iterate(steps))
+                seconds, n1 = time.perf_counter() - start, run.stats()['n_added']
+                p = run.placement
+                beside = all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards'])
+                rows.append(dict(shards=shards, transitions_s=(n1 - n0) / seconds, updates_s=updates / seconds,
+                                 actor_nodes=len({a['node_id'] for a in p['actors']}), nodes=p['nodes'], beside=beside, placement=p))
+            finally: run.close()
+    finally:
+        ray.shutdown()
+        if nodes is not None:
+            nodes.shutdown()
+            import shutil; shutil.rmtree(os.environ['RAY_TMPDIR'], ignore_errors=True)
     return rows
 
 def gil_cost(updates=2000):
@@ -147,10 +192,28 @@ def gil_cost(updates=2000):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--steps', type=int, default=3_000, help='env steps per mode')
+    p.add_argument('--shards', action='store_true', help='only the replay-shard throughput table')
+    p.add_argument('--cluster', action='store_true', help='with --shards: on a two-node Ray cluster on loopback')
     p.add_argument('--one', nargs=2, metavar=('MODE', 'ENV'), help=argparse.SUPPRESS)   # a child process's job
     args = p.parse_args()
     if args.one:
         print(json.dumps(one(*args.one, args.steps)))
+        return
+    if args.shards:
+        rows = shard_throughput(args.steps, args.cluster)
+        where = 'a two-node Ray cluster on loopback (1 CPU a node)' if args.cluster else 'a local Ray of 2 CPUs'
+        print(f"Ape-X, 8 actors of 0.25 CPU on CartPole-v1, {args.steps} env steps per row, replay ratio 0.25, batch 64, "
+              f"on {where}; this machine: {os.cpu_count()} CPUs\n")
+        print("| replay shards | transitions/s into replay | learner updates/s | actors on nodes | shards on the learner's node |\n"
+              "|---:|---:|---:|---:|---|")
+        for r in rows:
+            print(f"| {r['shards']} | {r['transitions_s']:.0f} | {r['updates_s']:.0f} | {r['actor_nodes']} of {r['nodes']} | "
+                  f"{'yes' if r['beside'] else 'no'} |")
+        p = rows[-1]['placement']
+        short = lambda w: f"{w['node_id'][:8]}@{w['ip']}"
+        print(f"\nplacement of the 4-shard run (node id prefix@IP; Ray {p['ray']} at {p['address']}): "
+              f"learner {short(p['learner'])}; actors {', '.join(map(short, p['actors']))}; "
+              f"replay shards {', '.join(map(short, p['replay_shards']))}")
         return
     modes = ['single', 'process', 'thread', 'ray1', 'ray2']
     names = {'single': '(a) single process', 'process': '(b) collector, worker process', 'thread': '(b) collector, worker thread',

@@ -4,6 +4,7 @@
 
 # %% ../nbs/13_apex.ipynb #b26d9b67
 from __future__ import annotations
+import math
 import os
 import numpy as np
 import torch
@@ -20,7 +21,8 @@ from .learner import Learner, CHECKPOINT_VERSION
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'ApexActor', 'ReplayClient', 'ApexRun',
+__all__ = ['DEPLOYMENT', 'apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
+           'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient', 'ApexRun',
            'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
@@ -39,7 +41,7 @@ def td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Mo
 
 # %% ../nbs/13_apex.ipynb #e2fc6e16
 class ReplayServer:
-    "One `PrioritizedReplayBuffer` behind the methods a replay actor serves."
+    "One `PrioritizedReplayBuffer` behind the methods a replay actor (one shard of the replay) serves."
     def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float=0.6, beta:float=0.4, eps:float=1e-6, seed:int|None=None):
         self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
 
@@ -51,19 +53,28 @@ class ReplayServer:
             self.buffer.prioritizer.update(slots, td[len(td) - len(slots):], written=True)   # a batch longer than the ring keeps its last rows
         return self.buffer.storage.n_added
 
-    def sample_batches(self, n:int=1, bs:int|None=None) -> list[SimpleStep]|None:
-        "`n` prioritized batches with `idxs` and `weights`, drawn one after another, or None while fewer than `bs` are stored."
-        check_int('n', n)
-        if len(self.buffer) < (bs or self.buffer.bs): return None
-        return [self.buffer.sample(bs) for _ in range(n)]
+    def draw(self, counts) -> dict:
+        "Prioritized batches of `counts[j]` transitions (None for 0), drawn one after another; `totals()` after them."
+        counts = [check_int('count', int(c), low=0) for c in counts]
+        if any(counts) and not len(self.buffer):
+            raise ValueError(f"cannot draw {max(counts)} transitions from an empty shard")
+        return dict(batches=[self.buffer.sample(c) if c else None for c in counts], **self.totals())
 
-    def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> float:
-        "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. The buffer's beta."
+    def totals(self) -> dict:
+        "What the learner needs to sample across shards: the total and least priority leaf (p ** alpha), size, beta."
+        tree = self.buffer.prioritizer.tree
+        return dict(total=float(tree.total), least=float(tree.min) if len(self.buffer) else math.inf,
+                    size=len(self.buffer), beta=self.buffer.beta)
+
+    def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> dict:
+        "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too. Then `totals()`."
         self.buffer.update_priorities(idxs, td)
         if fraction is not None: self.buffer.anneal_beta(fraction, final)
-        return self.buffer.beta
+        return self.totals()
 
-    def stats(self) -> dict: return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta, pid=os.getpid())
+    def stats(self) -> dict:
+        return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta, pid=os.getpid())
+    def where(self) -> dict: return where()
     def state_dict(self) -> dict: return self.buffer.state_dict()
     def load_state_dict(self, state:dict): self.buffer.load_state_dict(state)
 
@@ -80,12 +91,32 @@ def ray_get(ref, timeout:float, what:str):
     try: return ray.get(ref, timeout=timeout)
     except ray.exceptions.GetTimeoutError: raise TimeoutError(f"{what} did not answer within {timeout:g} s") from None
 
+def where() -> dict:
+    "Where the calling Ray worker runs: its node's id and IP address, and its process id."
+    ray = require_ray()
+    return dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid())
+
+class ReplayLost(RuntimeError):
+    "A replay shard died (its node with it, say) or went silent: what it held since the last checkpoint is gone."
+
+def ray_init(address:str|None, num_cpus:float) -> str:
+    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start one of `num_cpus` CPUs: which."
+    ray = require_ray()
+    if ray.is_initialized(): return 'in use'   # this process's own ray.init: the run leaves it running
+    address = address or os.environ.get('RAY_ADDRESS')
+    if address:
+        ray.init(address=address, log_to_driver=False)   # a cluster's resources are its own: none to pass
+        return 'joined'
+    ray.init(address='local', num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                  _node_ip_address='127.0.0.1')   # a Ray of its own: on loopback, reachable from nowhere else
+    return 'started'
+
 # %% ../nbs/13_apex.ipynb #8df678c3
 class ApexActor:
     "Steps its own envs with a local copy of the Q-network and its own exploration rate; pushes n-step transitions with their priorities."
     def __init__(self,
                  env_id:str, # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
-                 replay, # where to push: a `ReplayServer`, or a Ray handle to one
+                 replay, # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  epsilon:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
@@ -98,7 +129,8 @@ class ApexActor:
                  decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
-        self.replay, self.gamma, self.timeout = replay, check_gamma(gamma), timeout
+        self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
+        self.gamma, self.timeout = check_gamma(gamma), timeout
         start = epsilon if eps_start is None else eps_start
         self.policy = PolicyCopy(QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm), n_actions, start, epsilon, decay_steps, seed=seed)
         self.policy.agent.steps = check_int('steps', steps, low=0)
@@ -116,15 +148,46 @@ class ApexActor:
                     returns=[r for _, r in self.episodes.returns[ended:]], pid=os.getpid())
 
     def push(self, batch:SimpleStep, td:torch.Tensor):
-        "Add to the replay: a direct call in one process, a Ray call (waited for, with a timeout) across processes."
-        if isinstance(self.replay, ReplayServer): self.replay.add(batch, td)
-        else: ray_get(self.replay.add.remote(batch, td.numpy()), self.timeout, 'the replay actor')   # numpy: cheap to unpickle
+        "Add to the next shard in turn: a direct call in one process, a Ray call (waited for, with a timeout) across them."
+        shard, self.pushes = self.shards[self.pushes % len(self.shards)], self.pushes + 1
+        if isinstance(shard, ReplayServer): shard.add(batch, td)
+        else: ray_get(shard.add.remote(batch, td.numpy()), self.timeout, 'the replay actor')   # numpy: cheap to unpickle
+
+    def where(self) -> dict: return where()
+
+# %% ../nbs/13_apex.ipynb #d693e233
+def shard_capacity(max_sz:int, shards:int) -> int:
+    "The slots of each of `shards` shards that together hold at least `max_sz` transitions."
+    check_int('max_sz', max_sz); check_int('replay_shards', shards)
+    if shards > max_sz: raise ValueError(f"replay_shards must be at most max_sz ({max_sz}), got {shards}")
+    return -(-max_sz // shards)
+
+def shard_counts(totals, n:int, bs:int, rng:np.random.Generator) -> np.ndarray:
+    "`(n, K)` counts: how many of each of `n` batches of `bs` each of K shards draws, in proportion to their `totals`."
+    p = np.asarray(totals, np.float64)
+    if not p.sum() > 0: return np.zeros((n, len(p)), np.int64)
+    return rng.multinomial(bs, p / p.sum(), size=n)
+
+def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
+    "The batches of every shard's `draw` answer joined: idxs made global, weights normalised by the least priority."
+    least, joined = min(a['least'] for a in answers), []
+    for j in range(len(answers[0]['batches'])):
+        parts = [(k, a['batches'][j], (least / a['least']) ** a['beta'])
+                 for k, a in enumerate(answers) if a['batches'][j] is not None]
+        batch = parts[0][1] if len(parts) == 1 else SimpleStep.from_steps([b for _, b, _ in parts])
+        batch.idxs = torch.cat([b.idxs + k * capacity for k, b, _ in parts])
+        batch.weights = torch.cat([b.weights * float(scale) for _, b, scale in parts])
+        joined.append(batch)
+    return joined
 
 # %% ../nbs/13_apex.ipynb #ab16b5f3
 class ReplayClient:
-    "The learner's handle on a `ReplayServer` actor, with the buffer methods the DQN stages call: priority feedback, gathered and sent one call at a time; beta annealing."
-    def __init__(self, beta:float, timeout:float):
-        self.server, self.timeout, self.pending, self.gathered = None, timeout, None, []   # `server`: the Ray handle, set while a run runs
+    """The learner's handle on the `ReplayServer` shards with the buffer methods the DQN stages call: priority feedback,
+    gathered and sent one call a shard at a time; beta annealing; batches drawn across the shards."""
+    def __init__(self, beta:float, timeout:float, capacity:int, shards:int=1):
+        self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: set while a run runs
+        self.capacity, self.lost, self.places = capacity, None, [None] * shards   # `lost`: why a shard is gone
+        self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # as each shard last answered
         self.beta0 = self.beta = beta
         self.fraction, self.final = None, 1.
 
@@ -133,28 +196,60 @@ class ReplayClient:
         self.gathered.append(feedback_arrays(idxs, td))
 
     def send(self):
-        "Send the feedback gathered (and the latest beta annealing) in one call, once the previous call has answered."
+        "Send the feedback gathered (and the latest beta annealing), one call a shard, once the last calls have answered."
         if not self.gathered: return
         self.wait()
         idxs, td = (np.concatenate(a) for a in zip(*self.gathered))
-        self.pending, self.gathered = self.server.update_priorities.remote(idxs, td, self.fraction, self.final), []
+        shard = idxs // self.capacity
+        self.pending = [(k, s.update_priorities.remote(idxs[shard == k] % self.capacity, td[shard == k], self.fraction,
+                                                       self.final)) for k, s in enumerate(self.servers)]
+        self.gathered = []
 
     def anneal_beta(self, fraction:float, final:float=1.):
         "Beta after `fraction` of training; the replay takes it with the next feedback."
         self.beta, self.fraction, self.final = annealed_beta(self.beta0, fraction, final), fraction, final
 
+    def get(self, k:int, ref):
+        "The answer of shard `k` to call `ref`; a `ReplayLost` naming the shard if it died or did not answer in time."
+        ray, w = require_ray(), self.places[k]
+        shard = f"replay shard {k} of {len(self.servers)}" + (f" on {w['ip']} (node {w['node_id'][:8]})" if w else '')
+        try: return ray.get(ref, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError: self.lost = f"{shard} did not answer within {self.timeout:g} s"
+        except ray.exceptions.RayActorError as e: self.lost = f"{shard} died ({type(e).__name__})"
+        raise ReplayLost(self.lost)
+
     def wait(self):
-        "Wait for the feedback in flight, if any."
-        if self.pending is not None: ray_get(self.pending, self.timeout, 'the replay actor')
-        self.pending = None
+        "Wait for the feedback in flight, if any; the shards' totals follow it."
+        for k, ref in self.pending: self.totals[k] = self.get(k, ref)
+        self.pending = []
 
     def flush(self):
         "Send what is gathered and wait until the replay has it."
         self.send(); self.wait()
 
+    def draws(self, n:int, bs:int, rng:np.random.Generator) -> list:
+        "Ask every shard for its part of `n` batches of `bs` (none before `bs` are stored): `(shard, ref)` pairs."
+        stored = sum(t['size'] for t in self.totals) >= bs
+        totals = [t['total'] if stored else 0. for t in self.totals]
+        counts = shard_counts(totals, n, bs, rng)
+        return [(k, s.draw.remote(counts[:, k])) for k, s in enumerate(self.servers)]
+
+    def batches(self, draws:list) -> list[SimpleStep]:
+        "The batches of `draws` (an empty list if nothing was drawn); the shards' totals follow them."
+        answers = [self.get(k, ref) for k, ref in draws]
+        self.totals = [{k: a[k] for k in ('total', 'least', 'size', 'beta')} for a in answers]
+        drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: `bs` each, or none
+        return join_shards(answers, self.capacity) if drawn else []
+
+    def state_dicts(self) -> list[dict]:
+        "Every shard's buffer."
+        return [self.get(k, ref) for k, ref in [(k, s.state_dict.remote()) for k, s in enumerate(self.servers)]]
+
 # %% ../nbs/13_apex.ipynb #e4ade73c
+DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')   # where a run runs: not in its config
+
 class ApexRun:
-    "Ape-X: the learner in this process, `actors` `ApexActor`s and one `ReplayServer` as Ray actors while it runs."
+    "Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while it runs."
     def __init__(self,
                  env_id:str='CartPole-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  actors:int=2, # env-stepping actors
@@ -181,17 +276,27 @@ class ApexRun:
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
                  replay_ratio:float=1., # at most this many updates per env step
-                 batches_per_call:int=16, # batches the learner fetches from the replay actor per call (their priorities go back in one call too)
+                 batches_per_call:int=16, # batches the learner fetches from the replay per call (their priorities go back in one call too)
+                 replay_shards:int=1, # replay actors, each holding its part of the buffer
                  max_restarts:int=3, # times Ray restarts a dead actor
                  timeout:float=60., # seconds any Ray call may take
-                 num_cpus:int=2): # CPUs of the local Ray instance, if this run starts it
-        self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+                 address:str|None=None, # the Ray cluster to join (default: $RAY_ADDRESS; 'auto': this machine's); none: a Ray of its own
+                 num_cpus:float|None=None, # CPUs of the Ray it starts (default: enough for its actors, at least the machine's)
+                 actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
+                 replay_cpus:float=0., # CPUs each replay shard asks Ray for
+                 replay_node:str|None=None): # Ray node id of the replay shards (default: the learner's node)
+        args = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+        self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
+        self.deployment = {k: args[k] for k in DEPLOYMENT}
         for k, v in dict(total_steps=total_steps, bs=bs, max_sz=max_sz, publish_every=publish_every, chunk=chunk, hidden=hidden,
                          n_step=n_step, envs=envs, eps_decay_steps=eps_decay_steps, batches_per_call=batches_per_call).items(): check_int(k, v)
         check_int('max_restarts', max_restarts, low=0); check_number('replay_ratio', replay_ratio, low_ok=False)
         check_number('timeout', timeout, low_ok=False); check_gamma(gamma)
+        check_number('actor_cpus', actor_cpus, low_ok=False); check_number('replay_cpus', replay_cpus)
+        if num_cpus is not None: check_number('num_cpus', num_cpus, low_ok=False)
         for name, rate in (('eps_start', eps_start), ('eps_end', eps_end)):
             if check_number(name, rate) > 1: raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
+        self.capacity = shard_capacity(max_sz, replay_shards)
         self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         obs_dim, n_actions = discrete_env_dims(env_id)
@@ -202,50 +307,93 @@ class ApexRun:
         self.optimizer = adam(self.model, lr)
         self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay, seed=seed)   # the least exploring actor's schedule: the metrics' exploration
         self.episodes = EpisodeReturns(())   # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
-        self.replay = ReplayClient(beta, timeout)
-        self.replay_state = ReplayServer(max_sz, bs, alpha, beta, eps, seed).state_dict()   # the buffer while no replay actor holds it
+        self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards)
+        self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
+        self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
-        self.actors, self.calls, self.idle, self.pids, self.started_ray = [], {}, [], [], False
+        self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
         self.assemble(Batches(self), gamma, max_grad_norm, double=double, tau=tau, updates=max(1, round(total_steps * replay_ratio)))
         self.pipe = Publish(self.pipe, self, self.model, every=publish_every)
 
     assemble = Learner.assemble   # the single-process learner's DQN update, after batches from the replay actor
+
+    def new_shards(self) -> list[ReplayServer]:
+        "The run's empty replay shards, in this process: shard k seeded with seed + k."
+        c = self.config
+        return [ReplayServer(self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
+                for k in range(c['replay_shards'])]
 
     @property
     def updates(self) -> int: return self.target_update.steps
     @property
     def published(self) -> int: return self.version
     @property
-    def running(self) -> bool: return self.replay.server is not None
+    def running(self) -> bool: return bool(self.replay.servers)
 
     def start(self):
-        "Start Ray (unless it runs), the replay actor with the run's buffer and the actors; the actors' envs start afresh."
+        """Join or start Ray, place the replay shards (on the learner's node) with the run's buffer and the actors (spread);
+        the actors' envs start afresh."""
         if self.running: return self
-        ray, c = require_ray(), self.config
-        self.started_ray = not ray.is_initialized()
-        if self.started_ray: ray.init(num_cpus=c['num_cpus'], include_dashboard=False, log_to_driver=False)
-        server = ray.remote(ReplayServer).options(num_cpus=0).remote(c['max_sz'], c['bs'], c['alpha'], c['beta'], c['eps'], c['seed'])
-        ray_get(server.load_state_dict.remote(self.replay_state), self.timeout, 'the replay actor')
-        actor_class = ray.remote(ApexActor).options(num_cpus=0, max_restarts=c['max_restarts'], max_task_retries=-1,   # a call cut short by a death runs again
-                                                    runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
-        self.actors = [actor_class.remote(c['env_id'], server, e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'], c['n_step'],
-                                          c['gamma'], c['hidden'], c['layer_norm'], self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
-                       for i, e in enumerate(self.epsilons)]
-        self.replay.server, self.calls, self.idle, self.pids = server, {}, list(range(len(self.actors))), [None] * len(self.actors)
+        ray, c, d = require_ray(), self.config, self.deployment
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        demand = len(self.epsilons) * d['actor_cpus'] + c['replay_shards'] * d['replay_cpus']
+        self.ray = ray_init(d['address'], d['num_cpus'] or max(os.cpu_count() or 1, math.ceil(demand)))
+        here = ray.get_runtime_context().get_node_id()
+        try: self.place(ray, NodeAffinitySchedulingStrategy(d['replay_node'] or here, soft=False))
+        except BaseException:
+            self.end(ray)
+            raise
         self.publish(self.model.state_dict(), self.version + 1)
         return self
 
+    def place(self, ray, beside):
+        "Start the replay shards with strategy `beside`, load the run's buffer into them, then the actors; wait until all run."
+        c, d, n = self.config, self.deployment, len(self.epsilons)
+        servers = [ray.remote(ReplayServer).options(num_cpus=d['replay_cpus'], scheduling_strategy=beside).remote(
+            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
+                   for k in range(c['replay_shards'])]
+        self.replay.servers = servers
+        for k, (s, state) in enumerate(zip(servers, self.replay_state)):
+            self.replay.get(k, s.load_state_dict.remote(state))
+        actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD',
+                                                    max_restarts=c['max_restarts'],
+                                                    max_task_retries=-1,   # a call cut short by a death runs again
+                                                    runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
+        turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
+        self.actors = [actor_class.remote(c['env_id'], turn(i), e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames, c['envs'],
+                                          c['n_step'], c['gamma'], c['hidden'], c['layer_norm'], self.timeout, c['eps_start'],
+                                          self.decay, self.actor_steps[i]) for i, e in enumerate(self.epsilons)]
+        refs = [a.where.remote() for a in self.actors]
+        done, _ = ray.wait(refs, num_returns=n, timeout=self.timeout)
+        if len(done) < n:
+            free, cpus = ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0)
+            raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
+                               f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
+        actors = ray.get(refs)
+        shards = self.replay.places = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
+        self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
+        self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
+                              learner=dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(),
+                                           pid=os.getpid()),
+                              nodes=len([x for x in ray.nodes() if x['Alive']]), actors=actors, replay_shards=shards)
+
+    def end(self, ray):
+        "Kill the actors and shards, and end Ray if this run started it."
+        for a in [*self.actors, *self.replay.servers]: ray.kill(a, no_restart=True)
+        self.replay.servers, self.replay.pending, self.actors, self.calls = [], [], [], {}
+        if self.ray != 'in use': ray.shutdown()   # a joined cluster goes on without this run
+
     def close(self):
-        "Keep the replay's buffer in this process, then end the actors, and Ray if this run started it."
+        "Keep the replay's buffer in this process, then end the actors, and Ray if this run began it. A lost replay keeps none."
         if not self.running: return
         ray = require_ray()
         try:
+            if self.calls:   # calls that ended before their actors do: no notices of retries
+                ray.wait(list(self.calls), num_returns=len(self.calls), timeout=self.timeout)
             self.replay.flush()
-            self.replay_state = ray_get(self.replay.server.state_dict.remote(), self.timeout, 'the replay actor')
-        finally:
-            for a in [*self.actors, self.replay.server]: ray.kill(a, no_restart=True)
-            self.replay.server, self.actors, self.calls = None, [], {}
-            if self.started_ray: ray.shutdown()
+            self.replay_state = self.replay.state_dicts()
+        except ReplayLost: pass   # `replay.lost` says so: `state_dict` refuses, the last checkpoint is where to resume
+        finally: self.end(ray)
 
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.close()
@@ -263,7 +411,7 @@ class ApexRun:
         return self.episodes.frames > self.updates / self.config['replay_ratio'] + slack
 
     def harvest(self, wait:bool):
-        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process id is a restart."
+        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process is a restart (its place kept)."
         ray, calls, last = require_ray(), self.calls, len(self.actors) - 1
         done, _ = ray.wait(list(calls), num_returns=1 if wait else len(calls), timeout=self.timeout if wait else 0)
         if wait and not done: raise TimeoutError(f"no actor answered within {self.timeout:g} s")
@@ -271,8 +419,13 @@ class ApexRun:
             i = calls.pop(ref)
             self.idle.append(i)
             try: result = ray_get(ref, self.timeout, f'actor {i}')
-            except ray.exceptions.RayActorError as e: raise RuntimeError(f"actor {i} died and cannot be restarted: {e}") from None
-            if self.pids[i] is not None and result['pid'] != self.pids[i]: self.restarts[i] += 1
+            except ray.exceptions.RayError as e:
+                for k, s in enumerate(self.replay.servers): self.replay.get(k, s.stats.remote())   # ReplayLost if a shard died
+                why, dead = str(e).strip().splitlines()[0], isinstance(e, ray.exceptions.RayActorError)
+                raise RuntimeError(f"actor {i} died and cannot be restarted: {why}" if dead else f"actor {i} failed: {why}") from None
+            if result['pid'] != self.pids[i]:
+                self.restarts[i] += 1
+                self.placement['actors'][i] = ray_get(self.actors[i].where.remote(), self.timeout, f'actor {i}')
             self.pids[i] = result['pid']
             self.episodes.frames += result['steps']
             self.actor_steps[i] += result['steps']
@@ -281,20 +434,21 @@ class ApexRun:
 
     def batches(self):
         "Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`; `batches_per_call` come per call."
-        calls, idle, ready, sample = self.calls, self.idle, [], None
-        fetch = lambda: self.replay.server.sample_batches.remote(self.config['batches_per_call'])
+        calls, idle, ready, sample, c = self.calls, self.idle, [], None, self.config
+        fetch = lambda: self.replay.draws(c['batches_per_call'], c['bs'], self.shard_rng)
         while self.episodes.frames < self.goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
-                calls[self.actors[i].collect.remote(self.weights, self.version, self.config['chunk'])] = i
-            can_learn = self.updates < self.config['replay_ratio'] * self.episodes.frames
+                calls[self.actors[i].collect.remote(self.weights, self.version, c['chunk'])] = i
+            can_learn = self.updates < c['replay_ratio'] * self.episodes.frames
             self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
             if not ready:
-                self.replay.send()   # the priorities of the last set, in one call
+                self.replay.send()   # the priorities of the last set, one call per shard
                 if sample is None: sample = fetch()
-                got, sample = ray_get(sample, self.timeout, 'the replay actor'), fetch()   # the next set travels while this one trains
-                if got is None:   # not enough stored yet
+                got = self.replay.batches(sample)
+                sample = fetch()   # the next set travels while this one trains, drawn with the totals just received
+                if not got:   # not enough stored yet
                     if calls: self.harvest(wait=True)
                     continue
                 ready = got[::-1]
@@ -318,25 +472,38 @@ class ApexRun:
     def recent(self, n:int=20) -> float: return self.episodes.recent(n)
 
     def describe(self, resumed:bool=False) -> str:
-        "A line on the run's actors: their exploration, whose returns count, restarts; for a `resumed` run, what started afresh."
-        rates = ', '.join(f"{e:.2g}" for e in self.epsilons)
-        line = (f"Ape-X: {len(self.epsilons)} actor{'s' if len(self.epsilons) > 1 else ''} on Ray exploring at epsilon {rates} after the decay; "
-                f"episode returns are actor {len(self.epsilons) - 1}'s (the least exploring); {sum(self.restarts)} actor restarts")
+        """A line on the run's actors: their exploration, whose returns count, restarts, where they ran; for a `resumed` run,
+        what started afresh."""
+        rates, n, p = ', '.join(f"{e:.2g}" for e in self.epsilons), len(self.epsilons), self.placement
+        line = (f"Ape-X: {n} actor{'s' if n > 1 else ''} on Ray exploring at epsilon {rates} after the decay; "
+                f"episode returns are actor {n - 1}'s (the least exploring); {sum(self.restarts)} actor restarts")
+        if p:
+            beside = all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards'])
+            k = len(p['replay_shards'])
+            line += (f"; on {len({a['node_id'] for a in p['actors']})} of {p['nodes']} nodes, {k} replay shard{'s' if k > 1 else ''} "
+                     f"{'on' if beside else 'off'} the learner's node")
         if resumed: line += "; resumed with the replay, networks, optimiser, counters and weights version of the checkpoint, the actors' envs started afresh"
         return line
 
     def stats(self) -> dict:
-        "The replay's counts (from the replay actor while Ray runs)."
-        if self.running: return ray_get(self.replay.server.stats.remote(), self.timeout, 'the replay actor')
-        return dict(n_added=self.replay_state['n_added'], size=min(self.replay_state['n_added'], self.config['max_sz']), beta=self.replay.beta)
+        "The replay's counts, over all shards (from the replay actors while Ray runs)."
+        if self.running:
+            shards = [self.replay.get(k, s.stats.remote()) for k, s in enumerate(self.replay.servers)]
+            return dict(n_added=sum(s['n_added'] for s in shards), size=sum(s['size'] for s in shards),
+                        beta=shards[0]['beta'], pids=[s['pid'] for s in shards])
+        return dict(n_added=sum(s['n_added'] for s in self.replay_state), beta=self.replay.beta,
+                    size=sum(min(s['n_added'], self.capacity) for s in self.replay_state))
 
     def state_dict(self) -> dict:
-        "What `Learner.state_dict` holds (the replay's buffer fetched from its actor while Ray runs), plus the actors' step counts and the weights version."
-        replay = ray_get(self.replay.server.state_dict.remote(), self.timeout, 'the replay actor') if self.running else self.replay_state
+        """What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs), plus the actors' step
+        counts, the weights version and the shard sampler's state."""
+        if self.replay.lost: raise ReplayLost(f"{self.replay.lost}: the run holds no replay to save")
+        replay = self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
                     target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(), replay=replay,
                     agent=self.agent.state_dict(), frames=self.episodes.frames, returns=list(self.episodes.returns),
-                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version, torch_rng=torch.get_rng_state())
+                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version,
+                    torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state)
 
     def load_state_dict(self, state:dict):
         "Restore `state_dict()` of a run with the same config, before `start`; a `ValueError` (and no change) if it does not fit."
@@ -346,22 +513,27 @@ class ApexRun:
         missing = {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns', 'updates', 'actor_steps',
                    'weights_version', 'torch_rng'} - set(state)
         if missing: raise ValueError(f"checkpoint is missing {sorted(missing)}")
-        if state['config'] != self.config:
-            diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
+        config = {k: v for k, v in state['config'].items() if k not in DEPLOYMENT}   # older checkpoints kept num_cpus
+        config.setdefault('replay_shards', 1)   # older checkpoints: one replay actor
+        if config != self.config:
+            diff = {k: (config.get(k), v) for k, v in self.config.items() if config.get(k) != v}
             raise ValueError(f"checkpoint config differs from this run's (checkpoint, run): {diff}")
         if len(state['actor_steps']) != len(self.actor_steps): raise ValueError(f"checkpoint of {len(state['actor_steps'])} actors, not {len(self.actor_steps)}")
-        c = self.config
-        ReplayServer(c['max_sz'], c['bs'], c['alpha'], c['beta'], c['eps'], c['seed']).load_state_dict(state['replay'])   # checked by the buffer class itself
+        replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])   # older ones: one buffer
+        if len(replay) != len(self.replay_state):
+            raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
+        for shard, s in zip(self.new_shards(), replay): shard.load_state_dict(s)   # checked by the buffer class itself
         try:
             self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
             self.optimizer.load_state_dict(state['optimizer'])
         except (RuntimeError, KeyError, ValueError) as e: raise ValueError(f"checkpoint networks do not fit: {e}") from e
-        self.replay_state, self.actor_steps, self.version = state['replay'], list(state['actor_steps']), state['weights_version']
+        self.replay_state, self.actor_steps, self.version = replay, list(state['actor_steps']), state['weights_version']
         self.agent.load_state_dict(state['agent'])
         self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
         self.target_update.steps = self.anneal.steps = state['updates']
         if self.anneal.steps: self.replay.anneal_beta(min(1., self.anneal.steps / self.anneal.total_steps), self.anneal.final)
         torch.set_rng_state(state['torch_rng'])
+        if 'shard_rng' in state: self.shard_rng.bit_generator.state = state['shard_rng']
 
 class Batches:
     "An iterable over `run.batches()`: the source of the run's DQN pipe."

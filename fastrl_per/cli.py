@@ -9,6 +9,7 @@ from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, learner_classes, flag, RunInterrupted
 from .atari import ATARI_DEFAULTS
+from .apex import ApexRun
 
 # %% auto #0
 __all__ = ['EXIT_CODES', 'ATARI_NOTE', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments',
@@ -54,12 +55,13 @@ def function_flags(group, func):
 
 # %% ../nbs/08_cli.ipynb #ae6b8a10
 def learner_arguments() -> dict:
-    "Every argument of the learners' `__init__`: its type, its comment and its default in each model that takes it."
-    arguments = {}
-    for model, cls in learner_classes().items():
+    "Every argument of the learners' `__init__` (and Ape-X's own): its type, its comment and its default in each model that takes it."
+    arguments, own = {}, set(inspect.signature(train).parameters)   # train's own flags (--actors) are not a learner's
+    for model, cls in [*learner_classes().items(), ('--actors', ApexRun)]:
         hints, docs = typing.get_type_hints(cls.__init__), docments(cls.__init__)
         for name, p in inspect.signature(cls.__init__).parameters.items():
-            if name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL): continue
+            if name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name in own: continue
+            if model == '--actors' and name in arguments: continue   # Ape-X adds only flags of its own
             arg = arguments.setdefault(name, dict(hint=hints.get(name, str), doc=docs.get(name) or '', defaults={}))
             arg['defaults'][model] = p.default
     return arguments

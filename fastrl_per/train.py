@@ -17,7 +17,7 @@ import fastrl_per
 from . import __version__
 from .learner import Learner, upgrade_checkpoint
 from .recurrent_learner import RecurrentLearner
-from .apex import ApexRun, require_ray
+from .apex import ApexRun, require_ray, ReplayLost, DEPLOYMENT
 from .atari import is_atari, make_env, atari_defaults
 from .envs import check_env_id
 from .checks import check_int, check_number, save_atomically, write_atomically
@@ -216,7 +216,7 @@ def check_env_dependencies(env_id):
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07_train.ipynb #60ecb55d
-FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size')
+FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', address='ray_address')
 
 def flag(name:str) -> str:
     "The command-line flag of learner argument `name`."
@@ -231,12 +231,12 @@ def learner_classes() -> dict:
     "The learners a run can use, by `--model` name."
     return dict(mlp=Learner, recurrent=RecurrentLearner)
 
-def restore_learner(state:dict) -> Learner:
-    "The learner a checkpoint was written by, with its state restored."
+def restore_learner(state:dict, **deployment) -> Learner:
+    "The learner a checkpoint was written by, with its state restored; `deployment`: where an Ape-X run runs now."
     classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
     if state.get('learner') not in classes: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
-    try: learner = classes[state['learner']](**state['config'])
+    try: learner = classes[state['learner']](**{**state['config'], **deployment})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
     learner.load_state_dict(state)
     return learner
@@ -260,6 +260,8 @@ def env_defaults(env_id, config:dict, params) -> dict:
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
     "The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only."
     state = load_checkpoint(run_dir)
+    deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
+    config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
     old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
     conflicts = [f"{flag(k)} {v!r} (the run has {old.get(k)!r})" for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
     if model is not None and learner_classes().get(model) is not cls: conflicts.insert(0, f"--model {model!r} (the run has a {state.get('learner')})")
@@ -269,7 +271,7 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
         check_int('total_steps', total)
         state = dict(state, config=dict(old, total_steps=total))
         notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: beta's annealing to 1 is re-planned over {total} steps")
-    learner, why = restore_learner(state), state.get('fresh_episodes')
+    learner, why = restore_learner(state, **deployment), state.get('fresh_episodes')
     notes.append(f"resumed at step {state['frames']}: " + ("the envs continued their episodes exactly" if why is None else
                  f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
     return learner, state, notes
@@ -317,12 +319,12 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
         raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; a resumed run stays in its directory")
     previous = read_manifest(run_dir)
     learner, state, notes = resume_learner(run_dir, model, config)
-    if check: check(learner)
     if not (run_dir / 'metrics.csv').is_file(): raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
     with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
     if tuple(header) != METRIC_COLUMNS: raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; start a new run")
     if learner.config['total_steps'] <= learner.episodes.frames:
         raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.frames} steps; ask for more with --steps")
+    if check: check(learner)
     for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
     remove_orphans(run_dir)
     keep_metrics_until(run_dir, learner.episodes.frames)
@@ -482,6 +484,7 @@ def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bo
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
     save_checkpoint(learner.state_dict(), run_dir / 'checkpoint.pt')
     manifest.update(env_steps=learner.episodes.frames, updates=updates, episodes=len(learner.episodes.returns), updated=now())
+    if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
     if ended: manifest['ended'] = manifest['legs'][-1]['ended'] = manifest['updated']
     write_manifest(run_dir, manifest)
     share_mode(run_dir)
@@ -508,7 +511,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
           progress:bool=True, # show a progress bar
-          actors:int=0, # Ape-X on a local Ray (the ray extra): this many env-stepping actors feed one replay actor; 0: one process
+          actors:int=0, # Ape-X on Ray (the ray extra; --ray-address or $RAY_ADDRESS joins a cluster): this many env-stepping actors feed the replay; 0: one process
           **options): # the learner's arguments, `Learner`'s or `RecurrentLearner`'s, named as their flags (`env`, `steps` for `env_id`, `total_steps`)
     "Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot to the run directory."
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
@@ -519,6 +522,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
+        if isinstance(learner, ApexRun): learner.start()   # Ray and its actors before any file: a failed start writes none
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     threshold = solved_threshold(learner.config['env_id'], solved)
     manifest, saved = start_manifest(learner, previous), learner.episodes.frames
@@ -543,7 +547,12 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
             best_score, best = score, dict(frame=frame, eval_return=score)
         return score
     def failed(step, why):  # torch's datapipes add lines to the message naming the stage; the first line says what went wrong
-        return ValueError(f"training stopped at step {step}: {str(why).splitlines()[0]}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
+        first = str(why).splitlines()[0]
+        error = ValueError(f"training stopped at step {step}: {first}; {run_dir / 'checkpoint.pt'} keeps step {saved}")
+        manifest['ended'] = manifest['legs'][-1]['ended'] = now()   # run.json closed, still describing the checkpoint
+        manifest['legs'][-1]['error'] = str(error)
+        write_manifest(run_dir, manifest)
+        return error
     workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ape-X: Ray and its actors run within, started before StopSignals takes the signals
     with workers, StopSignals() as stop, open(run_dir / 'metrics.csv', 'a', newline='') as f:
         writer, board, ending, finished, tail = csv.writer(f), RunBoard(run_dir, log_every, saved, manifest.get('tb_pending')), False, False, None
@@ -553,7 +562,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                 rows = learner.iterate(min(checkpoint_every, total - learner.episodes.frames))
                 while True:
                     try: row = next(rows, None)
-                    except ValueError as e: raise failed(learner.episodes.frames, e) from e
+                    except (ValueError, ReplayLost) as e: raise failed(learner.episodes.frames, e) from e
                     if row is None: break
                     if not math.isfinite(row['loss']): raise failed(row['frame'], f"the loss is {row['loss']}")
                     updates, returns = updates + 1, learner.episodes.returns
@@ -576,7 +585,8 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                 if not ending and learner.episodes.frames < total:
                     f.flush()
                     manifest['tb_pending'] = board.pending()
-                    save_run(run_dir, learner, manifest, updates)
+                    try: save_run(run_dir, learner, manifest, updates)
+                    except ReplayLost as e: raise failed(learner.episodes.frames, e) from e
                     saved = learner.episodes.frames
             if eval_every and not finished and stop.signum is None and tail and tail[-1] == '':
                 # the budget ended on env steps that stored no transition (n-step windows still open): the final network is

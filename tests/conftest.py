@@ -62,3 +62,7 @@ def wait_for_saved_steps(proc, run_dir, steps:int, seconds:float=300.):
         except (OSError, ValueError, KeyError): saved = 0
         if saved >= steps: return
         time.sleep(0.1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', "slow: a test of a minute or so (a real run on a Ray cluster); `-m 'not slow'` skips them")

@@ -1,8 +1,13 @@
-"Ape-X: the replay server and actor in one process, and one bounded run on a local Ray with an actor killed mid-run."
+"Ape-X: the replay server and actor in one process, shards sampling as one buffer, bounded runs on a local Ray and on two-node\nclusters on loopback (ray.cluster_utils.Cluster) with an actor's node or the replay's node killed mid-run."
 import csv
 import json
+import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -11,6 +16,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import QNetwork
 from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get
+from conftest import wait_for_saved_steps
 from test_cli import COMMAND, interrupt   # the single-process run's SIGINT test: start a long run, signal it once it has checkpointed
 
 
@@ -57,7 +63,7 @@ def test_stale_rule_with_prefetched_samples():
     server = ReplayServer(max_sz=32, bs=16, alpha=1., seed=0)
     batch = nstep_batch(60)
     server.add(batch[:32], torch.ones(32))
-    first, second = server.sample_batches(2)       # one call draws both: `second` before `first`'s update
+    first, second = server.draw([16, 16])['batches']   # one call draws both: `second` before `first`'s update
     server.add(batch[32:48], torch.ones(16))       # rewrites slots 0..15
     server.update_priorities(first.idxs, torch.full((16,), 7.))
     p, idxs = server.buffer.priorities, first.idxs.numpy()
@@ -73,7 +79,7 @@ def test_feedback_of_several_batches_in_one_call_is_feedback_one_after_another()
     batch = nstep_batch(60)
     servers = [ReplayServer(max_sz=24, bs=8, alpha=0.7, seed=1) for _ in range(2)]
     for s in servers: s.add(batch[:24], torch.ones(24))
-    sets = [s.sample_batches(3) for s in servers]
+    sets = [s.draw([8, 8, 8])['batches'] for s in servers]
     for s in servers: s.add(batch[24:30], torch.full((6,), 2.))   # rewrites slots 0..5: stale for what was drawn there
     tds = [torch.randn(8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     for b, td in zip(sets[0], tds): servers[0].update_priorities(b.idxs, td)
@@ -144,7 +150,7 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     manifest = json.loads((out / 'run.json').read_text())
     assert state['learner'] == manifest['learner'] == 'ApexRun' and state['config']['actors'] == 2
     assert manifest['env_steps'] == state['frames'] >= 100 and sum(state['actor_steps']) == state['frames']
-    assert state['replay']['n_added'] >= state['frames']   # calls in flight may have pushed more
+    assert sum(r['n_added'] for r in state['replay']) >= state['frames']   # calls in flight may have pushed more
     assert state['weights_version'] == 1 + state['updates'] // 50   # published at the start and every 50 updates
     assert all((out / name).exists() for name in ('metrics.csv', 'plot.png', 'tb'))
     with open(out / 'metrics.csv', newline='') as f: evaluated = any(r['eval_return'] for r in csv.DictReader(f))
@@ -154,7 +160,7 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "the actors' envs started afresh" in done.stdout and f'{frames + 200}' in done.stdout
     resumed = torch.load(out / 'checkpoint.pt', weights_only=True)
-    assert resumed['frames'] >= frames + 200 and resumed['replay']['n_added'] > state['replay']['n_added'] and resumed['updates'] > state['updates']
+    assert resumed['frames'] >= frames + 200 and resumed['replay'][0]['n_added'] > state['replay'][0]['n_added'] and resumed['updates'] > state['updates']
     with open(out / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
     assert [int(r['update']) for r in rows] == list(range(1, len(rows) + 1))
     assert [int(r['frame']) for r in rows] == sorted(int(r['frame']) for r in rows)
@@ -187,3 +193,166 @@ def test_one_actor_runs_the_learners_algorithm():
     for rows in (single, apex): assert median(rows[-300:]) < median(rows[:50]) / 3
     # their loss levels are not compared: the importance weights and how far behind the actor's data the learner is
     # differ with the machine's load (a factor of 13 apart at load 15), and that is asynchrony, not another algorithm
+
+
+# K replay shards sample as one buffer holding everything
+
+
+def test_shards_sample_the_distribution_of_one_buffer():
+    "8 transitions with distinct priorities split over 3 shards (3, 3, 2): drawn as often as from one buffer, with its weights."
+    from test_per import make_step, chi_square, CHI2_7DF_P001, TD8
+    from fastrl_per.apex import shard_counts, join_shards
+    steps = SimpleStep.from_steps([make_step(i) for i in range(8)])
+    alpha, beta, eps = 0.6, 0.4, 1e-6
+    leaves = (TD8 + eps) ** alpha
+    probs, weights = leaves / leaves.sum(), (leaves / leaves.min()) ** -beta
+    one = ReplayServer(max_sz=8, bs=4, alpha=alpha, beta=beta, eps=eps, seed=0)
+    one.add(steps, torch.tensor(TD8))
+    shards = [ReplayServer(max_sz=3, bs=3, alpha=alpha, beta=beta, eps=eps, seed=10 + k) for k in range(3)]
+    for k, s in enumerate(shards): s.add(steps[k::3], torch.tensor(TD8[k::3]))
+    rng, drawn, single = np.random.default_rng(0), [], []
+    for _ in range(300):   # as the learner fetches: 16 batches of 4 a call, in proportion to the shards' totals
+        counts = shard_counts([s.totals()['total'] for s in shards], 16, 4, rng)
+        drawn += join_shards([s.draw(counts[:, k]) for k, s in enumerate(shards)], capacity=3)
+        single += one.draw([4] * 16)['batches']
+    for batches in (drawn, single):
+        n = torch.cat([b.step_n for b in batches]).long().numpy()
+        assert chi_square(np.bincount(n, minlength=8), probs) < CHI2_7DF_P001
+        assert chi_square(np.bincount(n, minlength=8), np.full(8, 1 / 8)) > 10 * CHI2_7DF_P001   # the test can tell
+        np.testing.assert_allclose(torch.cat([b.weights for b in batches]).numpy(), weights[n], rtol=1e-5)   # normalised across shards
+    for b in drawn:   # a global idx names the shard and its slot: feedback finds the transition it was drawn as
+        k, slot = b.idxs // 3, b.idxs % 3
+        assert all(shards[int(a)].buffer.memory[int(i)].step_n == s for a, i, s in zip(k, slot, b.step_n))
+
+
+# on a Ray cluster: two nodes or three on 127.0.0.1 (ray.cluster_utils.Cluster), joined with RAY_ADDRESS
+
+
+@pytest.fixture(scope='module')
+def cluster(tmp_path_factory):
+    "A head and a worker node of 1 CPU each on loopback, in a Ray temp dir of their own (so no other Ray on the machine finds them)."
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
+    from ray.cluster_utils import Cluster
+    # a temp dir of its own (short: Ray's socket paths live there), and loopback as this machine's address: Ray otherwise
+    # resolves 127.0.0.1 in RAY_ADDRESS to the machine's outward IP, where these nodes do not listen
+    settings = dict(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
+    previous = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    node = dict(num_cpus=1, node_ip_address='127.0.0.1', include_dashboard=False)
+    c = Cluster(initialize_head=True, head_node_args=node)
+    c.add_node(**node)
+    c.node_args = node
+    try: yield c
+    finally:
+        c.shutdown()
+        for k, v in previous.items():
+            if v is None: os.environ.pop(k)
+            else: os.environ[k] = v
+        shutil.rmtree(settings['RAY_TMPDIR'], ignore_errors=True)
+
+
+def on_cluster(cluster, *args, wait=True, timeout=240, flag=False):
+    "`fastrl_per train ...` with RAY_ADDRESS set to `cluster` (`flag`: --ray-address instead): its result, or the process."
+    env = {k: v for k, v in os.environ.items() if k != 'RAY_ADDRESS'} if flag else dict(os.environ, RAY_ADDRESS=cluster.address)
+    if flag: args = (*args, '--ray-address', cluster.address)
+    cmd = [*COMMAND, 'train', *map(str, args)]
+    if wait: return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def without_cluster(*args, timeout=240):
+    "`fastrl_per ...` with no RAY_ADDRESS: the run starts a Ray of its own."
+    env = {k: v for k, v in os.environ.items() if k != 'RAY_ADDRESS'}
+    return subprocess.run([*COMMAND, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def placed(run_dir, seconds=180):
+    "The `ray` record of the run's last leg in run.json, once it is there."
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try: leg = json.loads((run_dir / 'run.json').read_text())['legs'][-1]
+        except (OSError, ValueError, KeyError): leg = {}
+        if 'ray' in leg: return leg['ray']
+        time.sleep(0.5)
+    raise AssertionError(f"no placement in {run_dir / 'run.json'} within {seconds} s")
+
+
+FAST = ('--no-progress', '--solved', 0, '--eval-every', 0, '--bs', 32, '--chunk', 20, '--publish-every', 10)
+
+
+def test_train_joins_a_cluster_spreads_its_actors_and_resumes_without_it(cluster, tmp_path):
+    out = tmp_path / 'run'
+    done = on_cluster(cluster, '--actors', 2, '--steps', 300, '--out', out, *FAST)
+    assert done.returncode == 0, done.stderr
+    ray_leg = json.loads((out / 'run.json').read_text())['legs'][0]['ray']
+    nodes = {n.node_id for n in cluster.list_all_nodes()}
+    assert {a['node_id'] for a in ray_leg['actors']} == nodes and all(a['ip'] == '127.0.0.1' for a in ray_leg['actors'])
+    assert [s['node_id'] for s in ray_leg['replay_shards']] == [ray_leg['learner']['node_id']] and ray_leg['ray'] == 'joined'
+    assert ray_leg['address'] == cluster.address and ray_leg['nodes'] == 2
+    assert 'on 2 of 2 nodes, 1 replay shard on the learner\'s node' in done.stdout
+    state = torch.load(out / 'checkpoint.pt', weights_only=True)
+    assert 'address' not in state['config'] and 'num_cpus' not in state['config']   # the deployment is not the run
+    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 200, '--actor-cpus', 0.5, '--no-progress')
+    assert resumed.returncode == 0, resumed.stderr   # where it runs may change on a resume: --actor-cpus is no contradiction
+    legs = json.loads((out / 'run.json').read_text())['legs']
+    assert len(legs) == 2 and legs[1]['ray']['ray'] == 'started' and legs[1]['ray']['address'] != cluster.address
+
+
+def test_a_failed_start_leaves_no_run_directory(tmp_path):
+    "Actors asking for more CPUs than the machine's Ray has: one line, exit 1, and --out is still free."
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
+    out = tmp_path / 'run'
+    failed = without_cluster('train', '--actors', 1, '--steps', 100, '--out', out, '--num-cpus', 1, '--actor-cpus', 2, '--timeout', 5,
+                             *FAST)
+    assert failed.returncode == 1 and 'Traceback' not in failed.stderr, failed.stderr
+    assert 'actors did not start within 5 s: each asks for 2 CPU (--actor-cpus) and Ray has 1 of 1 free' in failed.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_losing_a_node_of_actors_only_the_run_finishes(cluster, tmp_path):
+    "A third node; once the run has placed its actors, a node holding only actors is killed: they restart elsewhere, the run ends 0."
+    cluster.add_node(**cluster.node_args)
+    out = tmp_path / 'run'
+    proc = on_cluster(cluster, '--actors', 2, '--steps', 16_000, '--out', out, *FAST, wait=False)
+    try:
+        where = placed(out)
+        head, learner = cluster.head_node.node_id, where['learner']['node_id']
+        doomed = next(a['node_id'] for a in where['actors'] if a['node_id'] not in (head, learner))
+        node = next(n for n in cluster.list_all_nodes() if n.node_id == doomed)
+        cluster.remove_node(node, allow_graceful=False)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None: proc.kill()
+    assert proc.returncode == 0, stderr
+    manifest = json.loads((out / 'run.json').read_text())
+    assert manifest['ended'] and manifest['env_steps'] >= 16_000
+    restarts = int(stdout.split(' actor restarts')[0].rsplit(' ', 1)[1])
+    assert restarts >= 1, stdout
+    assert doomed not in {a['node_id'] for a in manifest['legs'][0]['ray']['actors']}, (doomed, manifest['legs'][0]['ray'])   # where they run now
+
+
+@pytest.mark.slow
+def test_losing_the_replays_node_ends_with_one_line_and_a_checkpoint_to_resume(cluster, tmp_path):
+    "The replay placed on a node of its own (--replay-node), killed after a checkpoint: exit 1, one line naming the step and the checkpoint."
+    node = cluster.add_node(**cluster.node_args)
+    out = tmp_path / 'run'
+    proc = on_cluster(cluster, '--actors', 2, '--actor-cpus', 0.5, '--steps', 50_000, '--checkpoint-every', 200, '--replay-node',
+                      node.node_id, '--out', out, *FAST, wait=False, flag=True)
+    try:
+        wait_for_saved_steps(proc, out, 200)
+        where = placed(out)
+        assert where['replay_shards'][0]['node_id'] == node.node_id and where['address'] == cluster.address
+        cluster.remove_node(node, allow_graceful=False)
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None: proc.kill()
+    ours = [line for line in stderr.splitlines() if line.startswith('fastrl_per train:')]
+    print(ours)   # shown with -s: the line a user reads
+    assert proc.returncode == 1 and 'Traceback' not in stderr and len(ours) == 1, stderr
+    manifest, state = json.loads((out / 'run.json').read_text()), torch.load(out / 'checkpoint.pt', weights_only=True)
+    assert re.search(r"training stopped at step \d+: replay shard 0 of 1 on 127.0.0.1 \(node \w{8}\) (died|did not answer)", ours[0]), ours[0]
+    assert f"{out / 'checkpoint.pt'} keeps step {state['frames']}" in ours[0] and state['frames'] >= 200
+    assert manifest['ended'] and 'replay shard 0' in manifest['legs'][-1]['error'] and manifest['env_steps'] == state['frames']
+    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 100, '--no-progress')
+    assert resumed.returncode == 0, resumed.stderr
