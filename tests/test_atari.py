@@ -104,7 +104,7 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     out = tmp_path / 'pong'
     first = run('train', '--env', 'ALE/Pong-v5', '--steps', 200, '--buffer-size', 250, '--warmup', 60, '--eval-every', 0,
                 '--checkpoint-every', 100, '--out', out)
-    assert 'replay buffer: 250 transitions, 0.00 GB once full' in first.stdout  # 250 × ~7.3 KB
+    assert 'replay buffer: 250 transitions, 1.8 MB once full' in first.stdout  # 250 × ~7.3 kB
     assert '200 steps, 36 updates' in first.stdout  # one update every 4 env steps from step 60: (200 - 60) / 4 + 1
     checkpoint = torch.load(out / 'checkpoint.pt', weights_only=True)
     config = checkpoint['config']
