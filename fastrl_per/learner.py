@@ -46,8 +46,8 @@ class Learner:
                  lr:float=5e-4, # Adam learning rate
                  lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
                  gamma:float=0.99, # discount
-                 alpha:float=0.6, # prioritization exponent
-                 beta:float=0.4, # importance-sampling exponent at the start
+                 alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to |TD error|
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
                  tau:float|None=0.01, # soft target update rate per update
@@ -66,8 +66,10 @@ class Learner:
                  warmup:int|None=None, # env steps stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  collector:str|None=None, # step the envs in a background worker acting with a copy of the network: 'process' or 'thread'; none: in the training loop
-                 publish_every:int=50): # updates between the network's weights reaching the collector's worker
+                 publish_every:int=50, # updates between the network's weights reaching the collector's worker
+                 prioritization:str='proportional'): # with replay 'per': 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank)
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
+        if replay == 'uniform' and prioritization != 'proportional': raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
         if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
         check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
@@ -89,8 +91,10 @@ class Learner:
         if n_step > 1: steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)   # open windows carry over between fits
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
-            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed) if frames else None
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, buffer=buffer, **cadence)
+            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
+                                                  prioritization=prioritization) if frames else None
+            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, buffer=buffer,
+                                                      prioritization=prioritization, **cadence)
         else:
             buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
             self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
