@@ -75,7 +75,7 @@ class SignRewards(IterDataPipe):
 
 # %% ../nbs/02c_atari.ipynb #d70d7401
 ATARI_DEFAULTS = dict(total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
-                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, alpha=0.6, beta=0.4, double=True, n_step=1)
+                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, double=True, n_step=1)
 
 def atari_defaults(total_steps:int|None=None) -> dict:
     "`ATARI_DEFAULTS` for a run of `total_steps` env steps: the buffer at most `total_steps`, the warm-up at most a quarter of it."

@@ -67,9 +67,10 @@ class Learner:
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  collector:str|None=None, # step the envs in a background worker acting with a copy of the network: 'process' or 'thread'; none: in the training loop
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 prioritization:str='proportional'): # with replay 'per': 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank)
+                 prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
-        if replay == 'uniform' and prioritization != 'proportional': raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
+        if replay == 'uniform' and prioritization != 'proportional':
+            raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
         if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
         check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
@@ -93,8 +94,9 @@ class Learner:
         if replay == 'per':
             buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
                                                   prioritization=prioritization) if frames else None
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, buffer=buffer,
-                                                      prioritization=prioritization, **cadence)
+            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps,
+                                                      seed=seed, buffer=buffer, prioritization=prioritization,
+                                                      **cadence)
         else:
             buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
             self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)

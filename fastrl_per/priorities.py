@@ -25,17 +25,17 @@ def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
     return beta0 + fraction * (final - beta0)
 
 # %% ../nbs/04b_priorities.ipynb #a0df6b81
-PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari settings
+PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari ones
 
 class Priorities:
-    "Raw priorities |td| + eps of `capacity` int keys, ordered by a sum tree (proportional) or a heap (rank), and the draw."
+    "Raw priorities |td| + eps of `capacity` int keys, ordered in a sum tree (proportional) or a heap (rank); the draw."
     ceiling = 1e300          # the largest leaf p ** alpha: max_capacity leaves sum to a finite float64
     max_capacity = 10 ** 8
 
     def __init__(self,
                  capacity:int, # number of keys; keys are ints in [0, capacity)
-                 alpha:float|None=None, # how much prioritization is used; 0 is uniform; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start of training; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to every |TD error| so each key stays drawable
                  stale_rule:bool=True, # keys are reused (ring slots): drop updates meant for an earlier occupant
                  prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
@@ -44,7 +44,8 @@ class Priorities:
         if capacity > self.max_capacity: raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
         if prioritization not in PRIORITIZATIONS:
             raise ValueError(f"prioritization must be one of {sorted(PRIORITIZATIONS)}, got {prioritization!r}")
-        if segments is not None and prioritization != 'rank': raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
+        if segments is not None and prioritization != 'rank':
+            raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
         if segments is not None: check_int('segments', segments)
         alpha = PRIORITIZATIONS[prioritization]['alpha'] if alpha is None else alpha
         beta = PRIORITIZATIONS[prioritization]['beta'] if beta is None else beta
@@ -56,11 +57,11 @@ class Priorities:
         self.active = np.zeros(capacity, bool)             # keys whose leaf is in the tree; the others hold 0
         self.writes = np.zeros(capacity, np.int32)         # how many times each key was (re)written
         self.sampled_at = np.full(capacity, -1, np.int32)  # `writes` of the key when it was last drawn (-1: never)
-        self.tree = SumTree(capacity) if prioritization == 'proportional' else RankHeap(capacity)   # ordered by p ** alpha
+        self.tree = SumTree(capacity) if prioritization == 'proportional' else RankHeap(capacity)   # of p ** alpha
         self._stale_dropped = 0                            # updates the stale rule dropped
 
-    def __repr__(self): return (f"Priorities(capacity={self.capacity}, prioritization={self.prioritization!r}, alpha={self.alpha}, "
-                                f"beta={self.beta}, {self.tree!r})")
+    def __repr__(self): return (f"Priorities(capacity={self.capacity}, prioritization={self.prioritization!r}, "
+                                f"alpha={self.alpha}, beta={self.beta}, {self.tree!r})")
 
     def leaves_of(self, prios, alpha:float|None=None, what:str='priority') -> np.ndarray:
         "`prios ** alpha` (default: this core's alpha); a `ValueError` naming the first leaf above `ceiling`."
@@ -150,7 +151,8 @@ def draw(self:Priorities, rng:np.random.Generator, bs:int):
     if self.prioritization == 'rank': keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.segments)
     else:
         total = self.tree.total
-        if not (math.isfinite(total) and total > 0): raise ValueError(f"the total priority must be positive and finite, got {total!r}")
+        if not (math.isfinite(total) and total > 0):
+            raise ValueError(f"the total priority must be positive and finite, got {total!r}")
         u = (np.arange(bs) + rng.random(bs)) * (total / bs)
         keys, leaves = self.tree.find_unchecked(u)
         weights = ((leaves / self.tree.min) ** -self.beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_min)^-β
@@ -186,7 +188,7 @@ def _sift_down(heap, pos, value, j, size):
 
 @njit(cache=True)
 def _heap_write(heap, pos, value, size, keys, values, fresh):
-    "Set `value[keys] = values` in call order: 0 takes a key out of the heap, a positive value puts it in; the new size."
+    "Set `value[keys] = values` in call order (0 takes a key out of the heap, a positive value puts it in); the size."
     for k in range(len(keys)):
         key, j = keys[k], pos[keys[k]]
         value[key] = values[k]
@@ -205,16 +207,16 @@ def _heap_write(heap, pos, value, size, keys, values, fresh):
     return size
 
 class RankHeap:
-    "Keys with positive values in a binary max-heap whose array order approximates the sort by value (rank = position + 1)."
+    "Keys of positive value in a binary max-heap whose array approximates the sort by value (rank = position + 1)."
     def __init__(self,
                  capacity:int): # number of keys, ints in [0, capacity)
         check_int('capacity', capacity)
         self.capacity, self.size = int(capacity), 0
         self.heap = np.zeros(self.capacity, np.int64)     # heap[:size]: the keys, largest value first (approximately)
         self.pos = np.full(self.capacity, -1, np.int64)    # where each key sits in `heap`; -1: not in it
-        self.value = np.zeros(self.capacity)               # each key's value (the core gives p ** alpha); 0: not in the heap
+        self.value = np.zeros(self.capacity)               # each key's value (the core's p ** alpha); 0: not in it
         self.writes_since_sort = 0
-        self._cum, self._bounds = None, ((), None)          # caches of `segments`: (alpha, cumsum), ((n, k, alpha), runs)
+        self._cum, self._bounds = None, ((), None)         # `segments`' caches: (alpha, cumsum), ((n, k, alpha), runs)
 
     def __repr__(self): return f"RankHeap(capacity={self.capacity}, size={self.size})"
     def __getitem__(self, idxs):
@@ -257,7 +259,7 @@ def segments(self:RankHeap,
         cum = self._cum[1][:n]
         starts = np.append(0, np.searchsorted(cum, cum[-1] * np.arange(1, k) / k, side='right'))
         j = np.arange(k)
-        starts = np.minimum(np.maximum.accumulate(starts - j) + j, n - k + j)   # strictly increasing, each run non-empty
+        starts = np.minimum(np.maximum.accumulate(starts - j) + j, n - k + j)   # strictly increasing: no run empty
         self._bounds = ((n, k, alpha), (starts, np.diff(np.append(starts, n))))
     return self._bounds[1]
 
@@ -328,7 +330,8 @@ def check_state(self:Priorities, state:dict, n:int):
     for k in ('eps', 'max_priority'): check_number(k, state[k], low_ok=False)
     check_int('stale_dropped', state.get('stale_dropped', 0), low=0)
     kind = state.get('prioritization', 'proportional')   # a state saved before rank-based prioritization existed
-    if kind != self.prioritization: raise ValueError(f"state of a {kind!r} priority core cannot load into a {self.prioritization!r} one")
+    if kind != self.prioritization:
+        raise ValueError(f"state of a {kind!r} priority core cannot load into a {self.prioritization!r} one")
     for k, dtype in STATE_ARRAYS.items(): check_tensor(k, state[k], n, dtype)
     prios, writes, sampled_at = (state[k].numpy() for k in STATE_ARRAYS)
     if n and not (prios.min() > 0 and prios.max() <= state['max_priority']):
@@ -347,7 +350,8 @@ def load_state_dict(self:Priorities,
     "Replace everything with `state` (checked first: a rejected state changes nothing)."
     keys = np.asarray(keys, np.int64)
     self.check_state(state, len(keys))
-    loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule, self.prioritization, self.segments)
+    loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule,
+                        self.prioritization, self.segments)
     for k in STATE_SCALARS: setattr(loaded, k, state[k])
     loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
     loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active

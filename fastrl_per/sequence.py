@@ -219,8 +219,8 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
 
     def __init__(self,
                  capacity:int=1_000_000, # as SequenceReplay, in transitions
-                 alpha:float|None=None, # how much prioritization is used; 0 is uniform over episodes; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; see anneal_beta; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  epsilon:float=1e-6, # added to every |error| so an episode stays drawable
                  *,
                  seed:int|None=None, # seeds the sampler
@@ -253,7 +253,8 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
         self.prioritizer.check_state(state, state['next_id'] - state['first_id'])
     def _assign(self, state:dict):
         super()._assign(state)
-        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=self.prioritizer.prioritization)
+        kind = self.prioritizer.prioritization
+        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=kind)
         core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
         self.prioritizer, self.tree_length = core, state['tree_length']
 

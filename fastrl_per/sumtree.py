@@ -109,14 +109,15 @@ def _written(self:SumTree, low, count):
     self._min, self._min_count = (None, 0) if count < 0 else (low, count)
 
 def checked_leaves(idxs, values, capacity:int) -> tuple:
-    "`idxs` as int64 and `values` as float64 1-d arrays of one length, each index in [0, capacity), each value finite and >= 0."
+    "`idxs` (int64) and `values` (float64) as 1-d arrays of one length, indices in [0, capacity), values finite, >= 0."
     idxs, values = np.atleast_1d(np.asarray(idxs)), np.atleast_1d(np.asarray(values, dtype=np.float64))
     if idxs.ndim != 1 or idxs.shape != values.shape:
         raise ValueError(f"idxs and values must be 1-d and of equal length, got shapes {idxs.shape} and {values.shape}")
     if not len(idxs): return idxs.astype(np.int64), values
     if idxs.dtype.kind not in 'iu': raise ValueError(f"idxs must be integers, got {idxs.dtype} {idxs[:3]}")
     low, high = idxs.min(), idxs.max()
-    if low < 0 or high >= capacity: raise ValueError(f"leaf index {low if low < 0 else high} is outside [0, {capacity})")
+    if low < 0 or high >= capacity:
+        raise ValueError(f"leaf index {low if low < 0 else high} is outside [0, {capacity})")
     check_nonnegative(values)
     return idxs.astype(np.int64), values
 
