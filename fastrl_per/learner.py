@@ -14,6 +14,7 @@ from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
+from .priorities import kind_defaults
 from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
                             TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
 from .checks import check_int, check_number
@@ -71,6 +72,7 @@ class Learner:
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
         if replay == 'uniform' and prioritization != 'proportional':
             raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
+        alpha, beta = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
         if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
         check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)

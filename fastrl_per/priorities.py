@@ -13,8 +13,8 @@ from .sumtree import SumTree, last_writes, checked_leaves
 from .checks import check_int, check_number, as_numpy
 
 # %% auto #0
-__all__ = ['PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta', 'Priorities', 'RankHeap', 'feedback_arrays',
-           'check_tensor', 'PriorityKnobs']
+__all__ = ['PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta', 'kind_defaults', 'Priorities', 'RankHeap',
+           'feedback_arrays', 'check_tensor', 'PriorityKnobs']
 
 # %% ../nbs/04b_priorities.ipynb #207a63ed
 def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
@@ -26,6 +26,13 @@ def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
 
 # %% ../nbs/04b_priorities.ipynb #a0df6b81
 PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari ones
+
+def kind_defaults(prioritization:str, alpha:float|None=None, beta:float|None=None) -> tuple:
+    "`alpha` and `beta`, each None replaced by the default of `prioritization` (checked: a `ValueError` names a bad one)."
+    if prioritization not in PRIORITIZATIONS:
+        raise ValueError(f"prioritization must be one of {sorted(PRIORITIZATIONS)}, got {prioritization!r}")
+    defaults = PRIORITIZATIONS[prioritization]
+    return defaults['alpha'] if alpha is None else alpha, defaults['beta'] if beta is None else beta
 
 class Priorities:
     "Raw priorities |td| + eps of `capacity` int keys, ordered in a sum tree (proportional) or a heap (rank); the draw."
@@ -42,13 +49,10 @@ class Priorities:
                  segments:int|None=None): # rank only: strata of equal probability in a draw; None: the batch size
         check_int('capacity', capacity)
         if capacity > self.max_capacity: raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
-        if prioritization not in PRIORITIZATIONS:
-            raise ValueError(f"prioritization must be one of {sorted(PRIORITIZATIONS)}, got {prioritization!r}")
+        alpha, beta = kind_defaults(prioritization, alpha, beta)
         if segments is not None and prioritization != 'rank':
             raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
         if segments is not None: check_int('segments', segments)
-        alpha = PRIORITIZATIONS[prioritization]['alpha'] if alpha is None else alpha
-        beta = PRIORITIZATIONS[prioritization]['beta'] if beta is None else beta
         self.prioritization, self.segments = prioritization, segments
         self._alpha, self.beta = check_number('alpha', alpha), check_number('beta', beta)
         self.beta0, self.eps = self.beta, check_number('eps', eps, low_ok=False)
