@@ -38,50 +38,71 @@ def true_q(n:int) -> np.ndarray:
 
 # %% ../nbs/15_cliffwalk.ipynb #781a45a8
 @njit(cache=True)
-def _replay(q, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, order, deltas, target_sse):
-    "Q-learning updates on rows `order`, in order, until the squared error to `q_star` is below `target_sse`."
+def _replay(q, b, linear, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, order, deltas,
+            target_sse):
+    "Q-learning updates of Q = q + b on rows `order`, in order, until its squared error to `q_star` < `target_sse`"
     for k in range(len(order)):
         i = order[k]
         s, a = state[i], action[i]
-        bootstrap = 0. if terminated[i] else gamma * max(q[next_state[i], 0], q[next_state[i], 1])
-        delta = reward[i] + bootstrap - q[s, a]
+        bootstrap = 0. if terminated[i] else gamma * (max(q[next_state[i], 0], q[next_state[i], 1]) + b[0])
+        delta = reward[i] + bootstrap - q[s, a] - b[0]
         old = q[s, a] - q_star[s, a]
         q[s, a] += lr * delta
-        sse += (q[s, a] - q_star[s, a]) ** 2 - old ** 2
+        if linear:                                      # the shared feature's weight moves every entry
+            b[0] += lr * delta
+            sse = ((q + b[0] - q_star) ** 2).sum()
+        else: sse += (q[s, a] - q_star[s, a]) ** 2 - old ** 2
         deltas[k] = delta
         if sse < target_sse: return k + 1, sse
     return -1, sse
 
 class Cliffwalk:
-    "A tabular Q-learner replaying the whole memory of an `n`-state Blind Cliffwalk (Schaul et al. 2016, §3.1)."
+    "A Q-learner (tabular, or `linear`) replaying the whole memory of an `n`-state Blind Cliffwalk (Schaul et al.)."
     lr, tolerance = 0.25, 1e-3    # the paper's step size and its 'learned' threshold on the MSE
 
-    def __init__(self, n:int, seed:int=0):
+    def __init__(self,
+                 n:int, # states
+                 seed:int=0, # seeds the memory's order, the initial values and the draws
+                 linear:bool=False): # Q(s, a) = w[s, a] + b: features one-hot in (s, a) plus a constant 1
         rng = np.random.default_rng(seed)
         memory = cliffwalk_memory(n)
         order = rng.permutation(len(memory['state']))     # where each transition sits: ties are broken by it
         self.memory = {k: v[order] for k, v in memory.items()}
         self.n, self.size, self.gamma, self.rng = n, len(order), 1 - 1 / n, rng
         self.q, self.q_star = rng.normal(0, 0.1, (n, 2)), true_q(n)   # small random values: no ties of TD errors at 0
+        self.b, self.linear = np.zeros(1), linear                    # the constant feature's weight (0 for a table)
         self.sse, self.updates = float(((self.q - self.q_star) ** 2).sum()), 0
 
     @property
     def mse(self) -> float: return self.sse / self.q.size
+    @property
+    def values(self) -> np.ndarray: return self.q + self.b[0]
+
+    def sse_after(self, s, a, deltas) -> np.ndarray:
+        "The squared error to Q* after an update of (s[j], a[j]) by TD error deltas[j], for each j."
+        err, c = self.values - self.q_star, self.lr * deltas
+        own = 2 * c * err[s, a] + c ** 2                                    # the entry (s, a) itself
+        if not self.linear: return self.sse + own
+        return self.sse + 2 * c * err.sum() + err.size * c ** 2 + own + 2 * c ** 2   # b moves all, (s, a) twice
+
+    def columns(self) -> list:
+        "The memory's columns in the order the numba kernels take them."
+        return [self.memory[k] for k in ('state', 'action', 'reward', 'next_state', 'terminated')]
 
     def replay(self, rows) -> tuple:
         "Update on memory rows `rows` in order until learned: (the TD errors of the rows used, whether it is learned)."
         rows = np.asarray(rows, np.int64)
         deltas = np.zeros(len(rows))
-        m = self.memory
-        used, self.sse = _replay(self.q, self.q_star, self.sse, m['state'], m['action'], m['reward'], m['next_state'],
-                                 m['terminated'], self.gamma, self.lr, rows, deltas, self.tolerance * self.q.size)
+        used, self.sse = _replay(self.q, self.b, self.linear, self.q_star, self.sse, *self.columns(), self.gamma,
+                                 self.lr, rows, deltas, self.tolerance * self.q.size)
         self.updates += len(rows) if used < 0 else used
         return deltas[:len(rows) if used < 0 else used], used >= 0
 
 
 # %% ../nbs/15_cliffwalk.ipynb #0d5f5311
 @njit(cache=True)
-def _greedy(q, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, prios, eps, u, target_sse):
+def _greedy(q, b, linear, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, prios, eps, u,
+            target_sse):
     "Replay the row of largest |TD error| at its last replay (ties broken by `u`) until learned, or `len(u)` times."
     row, delta = np.zeros(1, np.int64), np.zeros(1)
     for k in range(len(u)):
@@ -93,8 +114,8 @@ def _greedy(q, q_star, sse, state, action, reward, next_state, terminated, gamma
                 if pick == 0: break
                 pick -= 1
         row[0] = i
-        used, sse = _replay(q, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, row, delta,
-                            target_sse)
+        used, sse = _replay(q, b, linear, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, row,
+                            delta, target_sse)
         if used > 0: return k + 1, sse
         prios[i] = abs(delta[0]) + eps
     return -1, sse
@@ -116,32 +137,32 @@ def replay_prioritized(walk:Cliffwalk, prioritization:str='proportional', segmen
 
 def replay_greedy(walk:Cliffwalk, chunk:int=4096):
     "Greedy TD-error prioritization: the row of largest |TD error| at its last replay (new rows first), ties at random."
-    prios, m = np.ones(walk.size), walk.memory
+    prios = np.ones(walk.size)
     while True:
-        used, walk.sse = _greedy(walk.q, walk.q_star, walk.sse, m['state'], m['action'], m['reward'], m['next_state'],
-                                 m['terminated'], walk.gamma, walk.lr, prios, 1e-6, walk.rng.random(chunk),
-                                 walk.tolerance * walk.q.size)
+        used, walk.sse = _greedy(walk.q, walk.b, walk.linear, walk.q_star, walk.sse, *walk.columns(), walk.gamma,
+                                 walk.lr, prios, 1e-6, walk.rng.random(chunk), walk.tolerance * walk.q.size)
         walk.updates += chunk if used < 0 else used
         if used > 0: return
 
 def replay_oracle(walk:Cliffwalk):
-    "The oracle: each update replays the transition that lowers the error to Q* the most, known in hindsight."
+    "The oracle (tabular): each update replays the transition that lowers the error to Q* the most, known in hindsight."
     m = walk.memory
     _, rows = np.unique(m['state'] * 2 + m['action'], return_index=True)   # copies update alike: one of each
     s, a = m['state'][rows], m['action'][rows]
     while True:
-        bootstrap = np.where(m['terminated'][rows], 0., walk.gamma * walk.q[m['next_state'][rows]].max(1))
-        err = walk.q[s, a] - walk.q_star[s, a]
-        after = err + walk.lr * (m['reward'][rows] + bootstrap - walk.q[s, a])
-        if walk.replay(rows[[np.argmax(err ** 2 - after ** 2)]])[1]: return
+        q = walk.values
+        bootstrap = np.where(m['terminated'][rows], 0., walk.gamma * q[m['next_state'][rows]].max(1))
+        deltas = m['reward'][rows] + bootstrap - q[s, a]
+        if walk.replay(rows[[np.argmin(walk.sse_after(s, a, deltas))]])[1]: return
 
 METHODS = dict(uniform=replay_uniform, proportional=replay_prioritized,
                rank=lambda walk: replay_prioritized(walk, 'rank'), greedy=replay_greedy, oracle=replay_oracle)
 
-def updates_to_learn(n:int, method:str, seed:int=0) -> int:
-    "Updates `method` needs until the Q table's MSE to Q* of the `n`-state Cliffwalk is below 1e-3."
+def updates_to_learn(n:int, method:str, seed:int=0, linear:bool=False) -> int:
+    "Updates `method` needs until the MSE of the Q values to Q* of the `n`-state Cliffwalk is below 1e-3."
     if method not in METHODS: raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    walk = Cliffwalk(n, seed)
+    if linear and method == 'oracle': raise ValueError("the one-step oracle stalls with the linear learner (the page)")
+    walk = Cliffwalk(n, seed, linear)
     METHODS[method](walk)
     return walk.updates
 
@@ -150,10 +171,11 @@ def updates_to_learn(n:int, method:str, seed:int=0) -> int:
 def cliffwalk_table(ns, # the sizes n to run
                     methods=tuple(METHODS), # names in METHODS
                     seeds:int=10, # seeds 0, 1, ..., seeds - 1 for each n and method
-                    largest:dict|None=None) -> dict: # the largest n to run per method (default: all of `ns`)
+                    largest:dict|None=None, # the largest n to run per method (default: all of `ns`)
+                    linear:bool=False) -> dict: # the linear learner instead of the table
     "Updates to learn, `{method: {n: [one count per seed]}}`."
     largest = largest or {}
-    return {m: {n: [updates_to_learn(n, m, s) for s in range(seeds)] for n in ns if n <= largest.get(m, n)}
+    return {m: {n: [updates_to_learn(n, m, s, linear) for s in range(seeds)] for n in ns if n <= largest.get(m, n)}
             for m in methods}
 
 def plot_cliffwalk(table:dict, ax=None):
