@@ -24,6 +24,7 @@ if cfg.get('pip_requirements'): requirements += shlex.split(cfg.get('pip_require
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = (cfg.get('dev_requirements') or '').split()
+cli_requirements = (cfg.get('cli_requirements') or '').split()  # the [cli] extra: train's progress bar, plot and TensorBoard
 video_requirements = (cfg.get('video_requirements') or '').split()  # the [video] extra: an MP4 encoder with its own ffmpeg
 atari_requirements = (cfg.get('atari_requirements') or '').split()  # the [atari] extra: ale-py and OpenCV
 box2d_requirements = (cfg.get('box2d_requirements') or '').split()  # the [box2d] extra: gymnasium's Box2D envs (LunarLander)
@@ -46,7 +47,8 @@ setuptools.setup(
     packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements + atari_requirements, 'video': video_requirements, 'atari': atari_requirements,
+    extras_require={ 'dev': dev_requirements + cli_requirements + atari_requirements, 'cli': cli_requirements,
+                     'video': video_requirements, 'atari': atari_requirements,
                      'box2d': box2d_requirements, 'ray': ray_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],

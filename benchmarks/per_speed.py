@@ -14,11 +14,15 @@ In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
 - a pipeline step: add one transition, then a learner step, which is what each item of a
   `PrioritizedExperienceReplay` pipeline costs (ours stages single adds and writes them on
   the next read, so this row shows the add's deferred cost too),
+- the shell over the core: ours' `sample` + `update_priorities` against its own priority
+  core's `draw` + `update`, at batch sizes 1 and 256 (what the buffer adds to the core's work),
 
 for
 
 - (a) **ours**: `fastrl_per.per.PrioritizedReplayBuffer`, fed `SimpleStep`s (all ten fields:
-  the CartPole ones plus our bookkeeping fields);
+  the CartPole ones plus our bookkeeping fields). A sampled batch of ours makes a field's tensor
+  when it is first read, so its samples and learner steps here read the five CartPole fields and
+  the weights, what the peers hand out;
 - (b) **cpprb**: `cpprb.PrioritizedReplayBuffer` (C++ segment tree, 5 fields), if installed. It is a
   benchmark-only package, not a project dependency: `pip install --no-deps cpprb`;
 - (c) **tianshou**: `tianshou.data.PrioritizedReplayBuffer` (numba segment tree, 6 fields), if
@@ -278,6 +282,10 @@ def main(argv=None):
     td0 = rng.exponential(1.0, N)                  # initial |td| for every slot: a non-uniform distribution
     leaves = (td0 + EPS) ** ALPHA
 
+    def read_fields(batch):
+        "The five CartPole fields and the weights of a sampled batch of ours, as a learner reads them."
+        return batch.state, batch.action, batch.reward, batch.next_state, batch.terminated, batch.weights
+
     def step_batch(lo, hi):
         "Slots lo..hi-1 as one SimpleStep batch with all ten fields."
         k = hi - lo
@@ -380,15 +388,16 @@ def main(argv=None):
     def sample(bs):
         def make(name):
             b = impl[name]
-            if name in ('ours', 'tianshou'): return lambda i: b.sample(bs)   # tianshou's weights: batch.weight
+            if name == 'ours': return lambda i: read_fields(b.sample(bs))
+            if name == 'tianshou': return lambda i: b.sample(bs)   # tianshou's weights: batch.weight
             return lambda i: b.sample(bs, BETA)
         return make
 
     def learner(name):
         b = impl[name]
-        if name == 'ours':
+        if name == 'ours':   # reads what the peers hand out: ours makes a field's tensor when it is first read
             def f(i):
-                batch = b.sample(256); b.update_priorities(batch.idxs, tds[i % 64])
+                batch = b.sample(256); read_fields(batch); b.update_priorities(batch.idxs, tds[i % 64])
         elif name == 'tianshou':
             def f(i):
                 batch, idxs = b.sample(256); b.update_weight(idxs, tds_np[i % 64])
@@ -458,6 +467,41 @@ def main(argv=None):
           f'(ours {1 / results[OPS[0]]["ours"]:,.0f} steps/s'
           + (f', cpprb {1 / results[OPS[0]]["cpprb"]:,.0f} steps/s)' if 'cpprb' in results[OPS[0]] else ')'))
 
+    # --- the shell over the core: what the buffer adds to the priority core's own draw and update
+    core, core_rng = ours.prioritizer, np.random.default_rng(args.seed + 1)
+    def core_step(bs):
+        def f(i):
+            keys, _ = core.draw(core_rng, bs); core.update(keys, tds_np[i % 64][:bs])
+        return f
+    def shell_step(bs, read=False):
+        def f(i):
+            batch = ours.sample(bs)
+            if read: read_fields(batch)
+            ours.update_priorities(batch.idxs, tds[i % 64][:bs])
+        return f
+    shell = {}
+    for bs in (1, 256):
+        fns = {'core': core_step(bs), 'shell': shell_step(bs), 'shell + fields': shell_step(bs, read=True)}
+        numbers = {name: calibrate(fn, target, 100000) for name, fn in fns.items()}
+        times = {name: [] for name in fns}
+        for r in range(args.repeats):
+            names = list(fns)
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                times[name].append(per_call(fns[name], numbers[name]))
+        shell[bs] = {name: statistics.median(ts) for name, ts in times.items()}
+        shell[bs]['ratios'] = {name: [o / c for o, c in zip(times[name], times['core'])]
+                                for name in ('shell', 'shell + fields')}
+    print('\n## The shell over the priority core (µs per call, median of rounds)\n')
+    print('| batch size | core: draw + update | buffer: sample + update_priorities | shell / core '
+          '| buffer, reading the 5 fields and weights | that / core |')
+    print('|--:|--:|--:|--:|--:|--:|')
+    for bs, res in shell.items():
+        print(f"| {bs} | {fmt_us(res['core'])} | {fmt_us(res['shell'])} | {med_range(res['ratios']['shell'])[1]} "
+              f"| {fmt_us(res['shell + fields'])} | {med_range(res['ratios']['shell + fields'])[1]} |")
+    print('\nThe core is the buffer\'s own `Priorities`, drawn with its own generator and updated with float64 numpy '
+          'TD errors; the buffer gets float64 torch tensors, as from a learner. A sampled batch makes each field\'s '
+          'tensor when it is first read, so the last two columns include that.')
+
     # --- memory of ours
     raw = sum(getattr(singles[0], n).element_size() * getattr(singles[0], n).numel() for n in STEP_FIELDS)
     tree_arrays = {k: v.nbytes for k, v in vars(ours.tree).items() if isinstance(v, np.ndarray)}
@@ -506,6 +550,9 @@ def main(argv=None):
     print(goal('sample of 1,024 ≤ 0.2× cpprb\'s time', s1k, s1k is not None and s1k <= 0.2,
                med_range(ratios['cpprb'][OPS[3]])[1]))
     print(goal('per-step add rate ≥ 4× cpprb\'s', rate, rate is not None and rate >= 4, med_range(rate_ratios)[1]))
+    for bs, res in shell.items():
+        r = med_range(res['ratios']['shell'])
+        print(goal(f'batch {bs}: sample + update_priorities ≤ 1.5× the core\'s draw + update', r[0], r[0] <= 1.5, r[1]))
     per_t = total / N
     print(goal('memory per CartPole transition ≤ 112 B (before this change)', per_t, per_t <= 112, f'{per_t:.2f} B'))
     print(f'\nload average at end {os.getloadavg()[0]:.2f}; wall time {time.perf_counter() - t_start:.0f} s')

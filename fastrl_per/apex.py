@@ -84,7 +84,7 @@ def ray_get(ref, timeout:float, what:str):
 class ApexActor:
     "Steps its own envs with a local copy of the Q-network and its own exploration rate; pushes n-step transitions with their priorities."
     def __init__(self,
-                 env_id:str, # a gymnasium env with a discrete action space
+                 env_id:str, # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  replay, # where to push: a `ReplayServer`, or a Ray handle to one
                  epsilon:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
@@ -156,10 +156,10 @@ class ReplayClient:
 class ApexRun:
     "Ape-X: the learner in this process, `actors` `ApexActor`s and one `ReplayServer` as Ray actors while it runs."
     def __init__(self,
-                 env_id:str='CartPole-v1', # a gymnasium env with a discrete action space
+                 env_id:str='CartPole-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  actors:int=2, # env-stepping actors
                  seed:int=0, # seeds the network, envs, exploration and sampling
-                 total_steps:int=30_000, # planned env steps, for annealing beta
+                 total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=64, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate

@@ -18,7 +18,7 @@ __all__ = ['ATARI_EXTRA', 'ATARI_DEFAULTS', 'is_atari', 'register_atari', 'make_
            'SignRewards', 'atari_defaults']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
-ATARI_EXTRA = "pip install -e '.[atari]'"
+ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
 
 def is_atari(env_id) -> bool:
     "True for an Arcade Learning Environment id (`ALE/...`)."

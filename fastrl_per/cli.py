@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_cli.ipynb #521adcd6
 from __future__ import annotations
-import argparse, inspect, sys, typing, warnings
+import argparse, inspect, re, sys, textwrap, typing, warnings
 from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, learner_classes, flag, RunInterrupted
@@ -37,6 +37,7 @@ def metavar(hint) -> str:
 
 def add_flag(group, name:str, hint, help:str):
     "Add the flag of argument `name` to `group`: `--name VALUE`, or `--name/--no-name` for a bool."
+    help = re.sub(r'\bNone\b', 'none', help)   # the command's word for Python's None, as `typed` writes it
     dest = flag(name)[2:].replace('-', '_')  # `train` takes the learner's options by their flags' names
     if hint is bool: group.add_argument(flag(name), dest=dest, action=argparse.BooleanOptionalAction, help=help)
     else: group.add_argument(flag(name), dest=dest, type=converter(hint), metavar=metavar(hint), help=help)
@@ -106,7 +107,8 @@ def make_parser() -> argparse.ArgumentParser:
         sub = subparsers.add_parser(name, description=what + ('; it runs --steps env steps, or fewer with --solved' if func is train else ''), epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
         if func is train:
             function_flags(sub.add_argument_group('the run'), train)
-            learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)', ATARI_NOTE))
+            learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)',
+                                                  textwrap.fill(ATARI_NOTE, 88)))
         else: function_flags(sub, func)
         sub.add_argument('--debug', action='store_true', default=False, help='show the full traceback of a failure')
     return parser

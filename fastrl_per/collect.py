@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_collect.ipynb #a5000b17
 from __future__ import annotations
-import multiprocessing, signal, threading
+import multiprocessing, signal, threading, warnings
 from contextlib import contextmanager
 from collections import deque
 from copy import deepcopy
@@ -18,7 +18,7 @@ from .dqn import EpsilonGreedy, discrete_env_dims
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['PolicyCopy', 'StepWorker', 'watching', 'AsyncCollector', 'Publish']
+__all__ = ['PolicyCopy', 'StepWorker', 'watching', 'join_worker', 'AsyncCollector', 'Publish']
 
 # %% ../nbs/12_collect.ipynb #cb07f95b
 class PolicyCopy:
@@ -128,6 +128,17 @@ def watching(process):
         yield
     finally: signal.signal(signal.SIGCHLD, previous)
 
+def join_worker(process, timeout:float):
+    "Wait up to `timeout` seconds for a worker `process` told to stop; past that, terminate it and warn."
+    process.join(timeout)
+    if not process.is_alive(): return
+    warnings.warn(f"the collector's worker process {process.name} (pid {process.pid}) did not exit within {timeout:g} s "
+                  "of close(); terminated it", RuntimeWarning)
+    process.terminate()
+    process.join(5)
+    if process.is_alive(): process.kill()
+    process.join()
+
 class AsyncCollector(StepPipe):
     "Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches, each with the `version` of the weights that acted."
     def __init__(self,
@@ -195,13 +206,14 @@ class AsyncCollector(StepPipe):
             self.steps, self.version = self.steps + len(batch), batch.version
             yield batch
 
-    def close(self):
-        "End the worker; what it had stepped ahead is kept for the next iterator, whose worker starts fresh episodes."
+    def close(self, timeout:float=30.): # seconds to wait for a worker process to exit before terminating it
+        "End the worker and wait for its process to exit; what it had stepped ahead is kept for the next iterator."
         if self.stream is None: return
         (stream, stop, process), self.stream = self.stream, None
         stop.set()
         with watching(process):
             for chunk, agent_state in stream: self.keep(chunk, agent_state)   # the calls in flight finish, then the worker ends
+        if process is not None: join_worker(process, timeout)
 
     def publish(self, weights:dict, version:int):
         "The learner's side: the worker acts with `weights` (copied now) from its next call on."

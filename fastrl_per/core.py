@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'SimpleStep']
+__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'RESERVED', 'tree_map', 'flatten_fields', 'unflatten_fields', 'SimpleStep']
 
 # %% ../nbs/00_core.ipynb #b4d21a4c
 STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'reward',
@@ -17,33 +17,80 @@ STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'rewa
 FIELD_DTYPES = dict(terminated=torch.bool, truncated=torch.bool, reward=torch.float32,
                     total_reward=torch.float32, env_id=torch.int64, step_n=torch.int64,
                     episode_n=torch.int64, n_steps=torch.int32)
+RESERVED = ('idxs', 'weights')  # what a sampled batch carries besides its fields
 
 def _as_field(name, value):
-    "`value` as a tensor with the dtype of field `name` (floating states become float32)."
+    "`value` as a tensor with the dtype of field `name` (floating states become float32); a dict key by key."
+    if isinstance(value, dict): return {k: _as_field(name, v) for k, v in value.items()}
     t = torch.as_tensor(value)
     dtype = FIELD_DTYPES.get(name, torch.float32 if t.is_floating_point() else None)
     return t if dtype is None or t.dtype == dtype else t.to(dtype)
 
+def tree_map(f, value):
+    "`f` applied to a tensor, or to each value of a dict of tensors (a `Dict` observation)."
+    return {k: f(v) for k, v in value.items()} if isinstance(value, dict) else f(value)
+
+def flatten_fields(fields:dict) -> dict:
+    "Fields with each dict-valued one spread into `name.key` entries: the columns a storage keeps."
+    flat = {}
+    for name, value in fields.items():
+        if not isinstance(value, dict): flat[name] = value; continue
+        for k, v in value.items():
+            if not isinstance(k, str) or '.' in k or isinstance(v, dict):
+                raise ValueError(f"field {name!r}: a dict field holds arrays under string keys without '.', "
+                                 f"got key {k!r}")
+            flat[f'{name}.{k}'] = v
+    return flat
+
+def unflatten_fields(flat:dict) -> dict:
+    "The inverse of `flatten_fields`: `name.key` entries gathered back into one dict per name, in order."
+    fields = {}
+    for n, v in flat.items():
+        name, dot, key = n.partition('.')
+        if dot: fields.setdefault(name, {})[key] = v
+        else: fields[n] = v
+    return fields
+
 
 # %% ../nbs/00_core.ipynb #52d1cf23
 class SimpleStep:
-    "One transition, or a batch of them when every field has a leading batch dimension."
+    "One transition, or a batch of them when its fields have a leading batch dimension; extra keywords: extra fields."
     idxs = None     # buffer slots of a sampled batch
     weights = None  # importance-sampling weights of a sampled batch
+    extra_fields = ()  # names of the fields beyond the eleven, in order
 
     def __init__(self, state, action, next_state, terminated=False, truncated=False, reward=0.,
-                 total_reward=0., env_id=0, step_n=0, episode_n=0, n_steps=1):
+                 total_reward=0., env_id=0, step_n=0, episode_n=0, n_steps=1, **more):
         values = (state, action, next_state, terminated, truncated, reward, total_reward,
                   env_id, step_n, episode_n, n_steps)
+        clash = set(more) & set(RESERVED)
+        if clash: raise ValueError(f"{sorted(clash)} cannot be field names: a sampled batch uses them")
         for name, value in zip(STEP_FIELDS, values): setattr(self, name, _as_field(name, value))
-        if self.n_steps.dim() == 0 and self.is_batch:  # the default 1 (or any one count) for every step of a batch
-            self.n_steps = self.n_steps.expand(self.terminated.shape).clone()
+        for name, value in more.items(): setattr(self, name, _as_field(name, value))
+        if more: self.extra_fields = tuple(more)
+        self._broadcast()
+
+    def _broadcast(self):
+        "Give the one-number fields left at a scalar (their defaults) the batch length that the others carry."
+        shapes = {n: tuple(getattr(self, n).shape) for n in FIELD_DTYPES}
+        lengths = {s[0] for s in shapes.values() if s}
+        if len(lengths) > 1: raise ValueError(f"one-number fields disagree on the batch length: {shapes}")
+        if lengths:
+            n = lengths.pop()
+            for name, shape in shapes.items():
+                if not shape: setattr(self, name, getattr(self, name).expand(n).clone())
+
+    @property
+    def fields(self) -> tuple:
+        "The names of every field: the eleven, then the extras."
+        return STEP_FIELDS + self.extra_fields
 
     @classmethod
     def from_fields(cls, fields:dict, idxs=None, weights=None):
-        "Build without conversion from tensors that already have the right dtypes."
+        "Build without conversion from tensors (or dicts of them) that already have the right dtypes."
         step = cls.__new__(cls)
-        for name in STEP_FIELDS: setattr(step, name, fields[name])
+        for name, value in fields.items(): setattr(step, name, value)
+        if len(fields) > len(STEP_FIELDS): step.extra_fields = tuple(n for n in fields if n not in STEP_FIELDS)
         if idxs is not None: step.idxs = idxs
         if weights is not None: step.weights = weights
         return step
@@ -55,11 +102,20 @@ class SimpleStep:
         if not steps: raise ValueError("from_steps needs at least one step, got an empty list")
         for s in steps:
             if not isinstance(s, SimpleStep): raise TypeError(f"from_steps takes SimpleSteps, got {type(s).__name__}: {s!r}")
-        parts = [s if s.is_batch else s._map(lambda t: t.unsqueeze(0)) for s in steps]
-        for n in STEP_FIELDS:
-            shapes = {tuple(getattr(p, n).shape[1:]) for p in parts}
+        fields = {s.fields for s in steps}
+        if len(fields) > 1: raise ValueError(f"steps disagree on their fields: {sorted(fields)}")
+        parts = [flatten_fields(s.as_dict()) for s in steps]
+        columns = {tuple(p) for p in parts}
+        if len(columns) > 1: raise ValueError(f"steps disagree on the keys of a dict field: {sorted(columns)}")
+        parts = [p if s.is_batch else {n: t.unsqueeze(0) for n, t in p.items()} for s, p in zip(steps, parts)]
+        for n in parts[0]:
+            shapes = {tuple(p[n].shape[1:]) for p in parts}
             if len(shapes) > 1: raise ValueError(f"steps disagree on the shape of {n!r}: {sorted(shapes)}")
-        return cls.from_fields({n: torch.cat([getattr(p, n) for p in parts]) for n in STEP_FIELDS})
+        return cls.from_fields(unflatten_fields({n: torch.cat([p[n] for p in parts]) for n in parts[0]}))
+
+    def as_dict(self) -> dict:
+        "Every field by name (extras included); a dict field stays a dict."
+        return {n: getattr(self, n) for n in self.fields}
 
     @property
     def is_batch(self):
@@ -68,7 +124,7 @@ class SimpleStep:
 
     def _map(self, f):
         "A new step with `f` applied to every field (and to `idxs`/`weights` when set)."
-        return SimpleStep.from_fields({n: f(getattr(self, n)) for n in STEP_FIELDS},
+        return SimpleStep.from_fields({n: tree_map(f, v) for n, v in self.as_dict().items()},
                                        None if self.idxs is None else f(self.idxs),
                                        None if self.weights is None else f(self.weights))
 
@@ -95,24 +151,31 @@ class SimpleStep:
     def __reduce_ex__(self, protocol):
         "Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's per-tensor unpickling."
         attrs = vars(self)
-        if any(isinstance(v, torch.Tensor) and (v.device.type != 'cpu' or v.requires_grad or v.dtype == torch.bfloat16) for v in attrs.values()):
+        values = [t for v in attrs.values() for t in (v.values() if isinstance(v, dict) else [v])]
+        tensors = [t for t in values if isinstance(t, torch.Tensor)]
+        if any(t.device.type != 'cpu' or t.requires_grad or t.dtype == torch.bfloat16 for t in tensors):
             return super().__reduce_ex__(protocol)   # tensors numpy cannot hold as they are: torch's own pickling
-        return SimpleStep.from_arrays, ({k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in attrs.items()},)
+        as_array = lambda v: v.numpy() if isinstance(v, torch.Tensor) else v
+        arrays = {k: tree_map(as_array, v) if isinstance(v, (dict, torch.Tensor)) else v for k, v in attrs.items()}
+        return SimpleStep.from_arrays, (arrays,)
 
     @classmethod
     def from_arrays(cls, attrs:dict):
         "A step from pickled attributes: numpy arrays become tensors (copied when read-only, as Ray hands them out), the rest as it was."
         step = cls.__new__(cls)
-        for k, v in attrs.items():
-            setattr(step, k, torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v)
+        as_tensor = lambda v: torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v
+        for k, v in attrs.items(): setattr(step, k, tree_map(as_tensor, v) if isinstance(v, (dict, np.ndarray)) else v)
         return step
 
     def __eq__(self, other):
         if not isinstance(other, SimpleStep): return NotImplemented
-        return all(torch.equal(getattr(self, n), getattr(other, n)) for n in STEP_FIELDS)
+        mine, theirs = flatten_fields(self.as_dict()), flatten_fields(other.as_dict())
+        return mine.keys() == theirs.keys() and all(torch.equal(v, theirs[n]) for n, v in mine.items())
     __array_eq__ = __eq__  # fastcore's `test_eq` compares through this
 
     def __repr__(self):
         shape = f"batch of {len(self)}" if self.is_batch else "single"
-        fields = ', '.join(f"{n}={getattr(self, n).tolist()}" for n in STEP_FIELDS if getattr(self, n).numel() <= 8)
+        flat = flatten_fields(self.as_dict())
+        fields = ', '.join(f"{n}={v.tolist()}" for n, v in flat.items() if v.numel() <= 8)
         return f"SimpleStep({shape}: {fields})"
+

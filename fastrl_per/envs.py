@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_envs.ipynb #bb09d129
 from __future__ import annotations
-import json
+import difflib, importlib, json
 from collections import deque
 from enum import Enum
 from itertools import cycle
@@ -28,11 +28,20 @@ __all__ = ['check_env_id', 'EnvRun', 'EnvRuns', 'GymStepper', 'StepBudget', 'Bud
            'GymTransformBlock']
 
 # %% ../nbs/02_envs.ipynb #d05f63f9
-def check_env_id(env_id):
-    "Raise a `ValueError` naming `env_id` unless gymnasium knows it (an `ALE/...` id once ale-py registers it: without the atari extra, a line naming it)."
-    if is_atari(env_id): register_atari()
-    if not isinstance(env_id, str) or env_id not in gym.registry:
-        raise ValueError(f"unknown gymnasium env id {env_id!r}; registered ids include 'CartPole-v1', 'Acrobot-v1', 'MountainCar-v0'")
+def check_env_id(env_id) -> EnvSpec:
+    "The gymnasium spec of `env_id`, a registered id or `module.path:EnvId`; else a one-line `ValueError` saying why."
+    if not isinstance(env_id, str): raise ValueError(f"an env id is a string such as 'CartPole-v1', got {env_id!r}")
+    module, _, name = env_id.rpartition(':')
+    if module:   # gymnasium's form for an env of one's own: import the module (it registers the id), as `gym.make` does
+        try: importlib.import_module(module)
+        except ImportError as e: raise ValueError(f"cannot import module {module!r} of env id {env_id!r}: {e}") from None
+    if is_atari(name): register_atari()   # without the atari extra: a line naming it
+    if name in gym.registry: return gym.registry[name]
+    near = [i for i in gym.registry if i.lower() == name.lower()] or difflib.get_close_matches(name, list(gym.registry), n=3)
+    hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else
+            "registered ids include 'CartPole-v1', 'Acrobot-v1', 'MountainCar-v0'")
+    raise ValueError(f"unknown gymnasium env id {name!r}; {hint} (an env of your own: 'module.path:EnvId', "
+                     "where importing the module registers EnvId)")
 
 # %% ../nbs/02_envs.ipynb #5837c23b
 class EnvRun:

@@ -9,9 +9,10 @@ import numpy as np
 import torch
 from fastcore.basics import patch
 from fastcore.meta import delegates
-from .core import SimpleStep, STEP_FIELDS
+from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
-from .memory import step_columns, packed_dtype, RingStorage, ReplayBuffer
+from .memory import (step_columns, packed_dtype, RingStorage, ReplayBuffer, schema_of, check_lengths, check_columns,
+                               check_schema)
 from .per import PrioritizedReplayBuffer
 
 # %% auto #0
@@ -79,21 +80,23 @@ class FrameStorage:
         except MemoryError:
             raise ValueError(f"cannot allocate the {self.nbytes_for(columns) / 1e9:.1f} GB that {self.max_sz:,} transitions need; choose a smaller max_sz") from None
         self.stack_shape = columns['state'].shape[1:]
+        self.order = [n for n in columns if n not in IMAGE_FIELDS]   # the row fields as given: extras after the eleven
+        self.schema = schema_of({n: columns[n] for n in self.order})
         self.frame_slots = self.slots_for(self.stack_shape[0])
         for n, a in rings.items(): setattr(self, n, a)
 
     def check(self, columns:dict) -> int:
         "Raise a `ValueError` if `columns` do not fit the stored ones; return their row count."
-        counts = {n: len(a) for n, a in columns.items()}
-        if len(set(counts.values())) != 1: raise ValueError(f"step fields have different batch sizes: {counts}")
+        if not set(IMAGE_FIELDS) <= set(columns):
+            raise ValueError(f"state and next_state are uint8 frame stacks here, got the columns {sorted(columns)}: "
+                             "store the other parts of a Dict observation as extra fields")
+        check_lengths(columns, None if self.rows is None else self.schema)
         check_stacks(columns, self.stack_shape)
         stack = columns['state'].shape[1]
         if stack >= self.slots_for(stack): raise ValueError(f"frame_slots ({self.frame_slots}) must exceed the stack of {stack} frames")
-        for n, a in columns.items():
-            if self.rows is None or n in IMAGE_FIELDS: continue
-            if (a.dtype, a.shape[1:]) != (self.rows.dtype[n].base, self.rows.dtype[n].shape):
-                raise ValueError(f"field {n!r} is {a.dtype}{list(a.shape[1:])} per step, the storage holds {self.rows.dtype[n].base}{list(self.rows.dtype[n].shape)}")
-        return counts['state']
+        small = {n: a for n, a in columns.items() if n not in IMAGE_FIELDS}
+        return check_columns(small, None if self.rows is None else self.schema)
+
 
 # %% ../nbs/03c_frames.ipynb #09aca1da
 @patch
@@ -226,8 +229,8 @@ def gather(self:FrameStorage, idxs) -> SimpleStep:
     chains[:, stack - 1], chains[:, -1] = self.state_end[idxs], self.newest[idxs]
     for j in range(stack - 1, 0, -1): chains[:, [j - 1, stack + j - 1]] = self.prev[chains[:, [j, stack + j]] % self.frame_slots]
     block, rows = torch.from_numpy(np.take(self.frames, chains % self.frame_slots, axis=0)), self.rows[idxs]  # take: faster than [] here
-    fields = {n: torch.from_numpy(rows[n]) for n in rows.dtype.names}
-    return SimpleStep.from_fields(dict(fields, state=block[:, :stack], next_state=block[:, stack:]))
+    fields = {n: torch.from_numpy(rows[n]) for n in self.order}
+    return SimpleStep.from_fields(unflatten_fields(dict(state=block[:, :stack], next_state=block[:, stack:], **fields)))
 
 # %% ../nbs/03c_frames.ipynb #d26cdaf3
 RINGS = (*ROW_LINKS, 'frames', 'prev')
@@ -239,7 +242,7 @@ def state(self:FrameStorage) -> dict|None:
     if self.rows is None: return None
     ends = torch.tensor([[e, g, d] for e, (g, d) in self.ends.items()], dtype=torch.int64).reshape(-1, 3)
     arrays = {n: torch.from_numpy(getattr(self, n).copy()) for n in RINGS}
-    return dict(arrays, rows={n: torch.from_numpy(self.rows[n].copy()) for n in self.rows.dtype.names},
+    return dict(arrays, rows={n: torch.from_numpy(self.rows[n].copy()) for n in self.order},
                 stack=self.stack_shape[0], n_frames=self.n_frames, reach=self.reach, ends=ends)
 
 @patch
@@ -250,7 +253,10 @@ def check_saved(self:FrameStorage, n_added:int, columns:dict|None):
     if columns is None: return
     if not isinstance(columns, dict) or set(columns) != set(SAVED): raise ValueError(f"a FrameStorage state holds {sorted(SAVED)}")
     expected = set(STEP_FIELDS) - set(IMAGE_FIELDS)
-    if set(columns['rows']) != expected: raise ValueError(f"state rows {sorted(columns['rows'])} are not the fields {sorted(expected)}")
+    names = {n.partition('.')[0] for n in columns['rows']}
+    if not expected <= names or names & set(IMAGE_FIELDS):
+        raise ValueError(f"state rows {sorted(columns['rows'])} are not the fields {sorted(expected)} and extras")
+    check_schema({n: (c.numpy().dtype, tuple(c.shape[1:])) for n, c in columns['rows'].items()})
     check_int('stack', columns['stack']); check_int('n_frames', columns['n_frames'])
     slots = self.slots_for(columns['stack'])
     if columns['stack'] >= slots: raise ValueError(f"state has stacks of {columns['stack']} frames, more than frame_slots {slots} allows")

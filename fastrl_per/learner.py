@@ -38,10 +38,10 @@ def physical_memory() -> int:
 class Learner:
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
     def __init__(self,
-                 env_id:str='CartPole-v1', # a gymnasium env with a discrete action space
+                 env_id:str='CartPole-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  replay:str='per', # 'per' (prioritized) or 'uniform'
                  seed:int=0, # seeds the network, envs, exploration and sampling
-                 total_steps:int=30_000, # planned env steps, for annealing beta
+                 total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate

@@ -5,25 +5,28 @@
 # %% ../nbs/03_memory.ipynb #3fae7678
 from __future__ import annotations
 import functools, json, math, threading
+from collections.abc import Mapping
 from operator import attrgetter
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
-from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES
+from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, flatten_fields, unflatten_fields
 from .priorities import check_tensor
 from .checks import check_int, save_atomically
 
+
 # %% auto #0
-__all__ = ['step_columns', 'packed_dtype', 'RingStorage', 'MemoryView', 'locked', 'BufferCore', 'check_state_header',
-           'rng_of_state', 'ReplayBuffer', 'ExperienceReplay']
+__all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema', 'check_lengths',
+           'check_columns', 'as_steps', 'RowBatch', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
+           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
-    "The fields of a `SimpleStep`, a batch or a list of them as numpy arrays with a leading batch axis."
+    "The fields of a `SimpleStep`, a batch or a list of them as numpy arrays with a batch axis (dicts as `name.key`)."
     if isinstance(steps, (list, tuple)): steps = SimpleStep.from_steps(steps)
     if not isinstance(steps, SimpleStep):
         raise TypeError(f"a replay buffer stores SimpleSteps, got {type(steps).__name__}: {steps!r}")
-    columns = {n: getattr(steps, n).numpy(force=True) for n in STEP_FIELDS}
+    columns = {n: t.numpy(force=True) for n, t in flatten_fields(steps.as_dict()).items()}
     return columns if steps.is_batch else {n: a[None] for n, a in columns.items()}
 
 def packed_dtype(columns:dict) -> np.dtype:
@@ -34,7 +37,113 @@ def packed_dtype(columns:dict) -> np.dtype:
     return np.dtype(dict(names=names, formats=[(columns[n].dtype, columns[n].shape[1:]) for n in names],
                          offsets=np.cumsum([0] + sizes[:-1]).tolist(), itemsize=-(-sum(sizes) // widest) * widest))
 
+
+# %% ../nbs/03_memory.ipynb #b1f0c002
+def describe(schema:dict) -> str:
+    "A schema `{name: (dtype, shape)}` as `{name: dtype[shape], ...}`."
+    return '{' + ', '.join(f"{n}: {np.dtype(d)}{list(s)}" for n, (d, s) in schema.items()) + '}'
+
+def schema_of(columns:dict) -> dict:
+    "`{name: (dtype, per-transition shape)}` of columns that have a leading batch axis."
+    return {n: (a.dtype, tuple(a.shape[1:])) for n, a in columns.items()}
+
+def check_schema(schema:dict):
+    "Raise a `ValueError` unless the one-number fields are scalars and each state column has a next_state twin."
+    for n in FIELD_DTYPES:
+        if n in schema and schema[n][1] != ():
+            raise ValueError(f"field {n!r} has shape {schema[n][1]} per transition: "
+                             f"{', '.join(FIELD_DTYPES)} hold one number each; "
+                             f"fields {describe(schema)}")
+    for n in schema:
+        name, dot, key = n.partition('.')
+        if name not in IMAGE_PAIR: continue
+        twin = IMAGE_PAIR[name] + dot + key
+        if schema.get(twin) != schema[n]:
+            typ = lambda c: 'missing' if c not in schema else f"{np.dtype(schema[c][0])}{list(schema[c][1])}"
+            raise ValueError(f"{n!r} is {typ(n)} but {twin!r} is {typ(twin)}: they must match")
+
+IMAGE_PAIR = dict(state='next_state', next_state='state')
+
+def check_lengths(columns:dict, schema:dict|None) -> int:
+    "The leading length the columns share; a `ValueError` showing their shapes and the schema if they do not share one."
+    shapes = {n: tuple(a.shape) for n, a in columns.items()}
+    if len({s[:1] for s in shapes.values()}) != 1:
+        raise ValueError(f"step fields have different batch sizes: their shapes are {shapes}"
+                         + ('' if schema is None else f"; the buffer stores {describe(schema)}"))
+    return len(next(iter(columns.values())))
+
+def check_columns(columns:dict, schema:dict|None) -> int:
+    """The row count of `columns`; a `ValueError` naming the field, its shapes and the schema unless they are one
+    batch that fits `schema` (None: the first write)."""
+    k = check_lengths(columns, schema)
+    if schema is None: check_schema(schema_of(columns)); return k
+    if columns.keys() != schema.keys():
+        extra, missing = sorted(columns.keys() - schema.keys()), sorted(schema.keys() - columns.keys())
+        what = [f"fields {extra} are not in the buffer's schema"] if extra else []
+        what += [f"{missing} are missing"] if missing else []
+        what = ', '.join(what)
+        raise ValueError(f"{what}: the buffer stores {describe(schema)}")
+    for n, a in columns.items():
+        dtype, shape = schema[n]
+        if a.shape[1:] != shape:
+            batch = k == 1 and len(a.shape) > 2 and a.shape[2:] == shape
+            hint = f" (a batch of {a.shape[1]}? `add` stores one transition, `extend` a batch)" if batch else ''
+            raise ValueError(f"field {n!r} has shape {tuple(a.shape[1:])} per step, the buffer stores {shape}{hint}: "
+                             f"schema {describe(schema)}")
+        if a.dtype != dtype:
+            raise ValueError(f"field {n!r} has dtype {a.dtype}, the buffer stores {np.dtype(dtype)}: "
+                             f"schema {describe(schema)}")
+    return k
+
+def as_steps(steps, fields:dict, batch:bool):
+    """What `add` (`batch=False`) or `extend` stores: a step or list as given; keywords or a mapping as a `SimpleStep`,
+    checked to be one transition or a batch."""
+    if steps is not None and fields:
+        raise TypeError(f"give one step, list or mapping, or keywords, not both "
+                        f"(got {type(steps).__name__} and {sorted(fields)})")
+    if isinstance(steps, Mapping): fields = dict(steps)
+    elif steps is not None: return steps
+    missing = [n for n in ('state', 'action', 'reward', 'next_state', 'terminated') if n not in fields]
+    if missing:
+        raise TypeError(f"a transition needs state, action, reward, next_state and terminated; missing {missing}")
+    step = SimpleStep(**fields)
+    lengths = {n: tuple(getattr(step, n).shape) for n in ('reward', 'terminated')}
+    if step.is_batch and not batch:
+        raise ValueError(f"add stores one transition, but reward and terminated have shapes {lengths}: "
+                         "use extend for a batch")
+    if batch and not step.is_batch:
+        raise ValueError(f"extend stores a batch, but reward and terminated have shapes {lengths}: "
+                         "give them a leading batch axis, or use add")
+    return step
+
+
 # %% ../nbs/03_memory.ipynb #04085711
+class RowBatch(SimpleStep):
+    "A batch gathered from packed rows: each field becomes a tensor (a view into the gathered rows) when first read."
+    is_batch = True
+
+    def __init__(self, block:np.ndarray, layout:dict, extra_fields:tuple):
+        self._block, self._layout = block, layout   # layout: field -> its column, or {key: column} for a dict field
+        if extra_fields: self.extra_fields = extra_fields
+
+    def __getattr__(self, name):   # called only for what is not set yet
+        layout = self.__dict__.get('_layout')
+        if layout is None or name not in layout:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        cols, block = layout[name], self._block
+        if isinstance(cols, str): value = torch.from_numpy(block[cols])
+        else: value = {k: torch.from_numpy(block[c]) for k, c in cols.items()}
+        setattr(self, name, value)
+        return value
+
+    def __len__(self): return len(self._block)
+
+    def __reduce_ex__(self, protocol):
+        "Copied or pickled as a plain `SimpleStep` with every field read."
+        step = SimpleStep.from_fields(self.as_dict())
+        step.__dict__.update({k: v for k, v in vars(self).items() if k not in ('_block', '_layout')})
+        return step.__reduce_ex__(protocol)
+
 class RingStorage:
     "`max_sz` packed rows of fields, preallocated on the first write and overwritten oldest first."
     def __init__(self, max_sz:int):
@@ -43,14 +152,18 @@ class RingStorage:
         self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
 
     def _allocate(self, columns:dict):
-        "Zeroed rows shaped after `columns`."
+        "Zeroed rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps."
         self.rows = np.zeros(self.max_sz, packed_dtype(columns))
+        self.order, self.schema = list(columns), schema_of(columns)
+        self.layout = unflatten_fields({n: n for n in columns})
+        self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
+        self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
         self._signature = self._small = None
 
     @property
     def columns(self) -> dict|None:
         "Each field as a column: a view into the rows (made on each call, so copies of the storage stay whole)."
-        return None if self.rows is None else {n: self.rows[n] for n in self.rows.dtype.names}
+        return None if self.rows is None else {n: self.rows[n] for n in self.order}
 
     @property
     def sz(self): return min(self.n_added, self.max_sz)
@@ -60,17 +173,8 @@ class RingStorage:
     def cycle(self): return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
 
     def check(self, columns:dict):
-        "Raise a `ValueError` if `columns` do not fit the stored ones; return their row count."
-        counts = {n: len(a) for n, a in columns.items()}
-        if len(set(counts.values())) != 1: raise ValueError(f"step fields have different batch sizes: {counts}")
-        if self.rows is not None:
-            for n, a in columns.items():
-                stored = self.rows[n]
-                if a.shape[1:] != stored.shape[1:]:
-                    raise ValueError(f"field {n!r} has shape {tuple(a.shape[1:])} per step, the buffer stores {tuple(stored.shape[1:])}")
-                if a.dtype != stored.dtype:
-                    raise ValueError(f"field {n!r} has dtype {a.dtype}, the buffer stores {stored.dtype}")
-        return counts[STEP_FIELDS[0]]
+        "Raise a `ValueError` if `columns` do not fit the stored ones (see `check_columns`); return their row count."
+        return check_columns(columns, None if self.rows is None else self.schema)
 
     def write(self, columns:dict) -> np.ndarray:
         "Write rows (checked with `check`) at the ring's head in one call; return their slots."
@@ -90,10 +194,11 @@ class RingStorage:
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step at the ring's head as one record (checked like `write`); return its slot."
-        if self.rows is None: return int(self.write(step_columns(step))[0])
+        if self.rows is None or not self._plain: return int(self.write(step_columns(step))[0])
+        if step.extra_fields != self.extra_fields: self.check(step_columns(step))   # raises unless just reordered
         fields = attrgetter(*self.rows.dtype.names)(step)
-        signature = [(t.dtype, t.shape) for t in fields]
-        if signature != self._signature:    # the first single step, or one unlike the last: check it in full
+        signature = [(getattr(t, 'dtype', None), getattr(t, 'shape', None)) for t in fields]   # a dict: never cached
+        if signature != self._signature:   # the first single step, or one unlike the last: check it in full
             self.check(step_columns(step))
             self._signature, self._small = signature, [math.prod(shape) <= 64 for _, shape in signature]
         slot = self.n_added % self.max_sz
@@ -102,9 +207,8 @@ class RingStorage:
         return slot
 
     def gather(self, idxs) -> SimpleStep:
-        "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows, each field a view into it."
-        block = np.take(self.rows, idxs)
-        return SimpleStep.from_fields({n: torch.from_numpy(block[n]) for n in block.dtype.names})
+        "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
+        return RowBatch(np.take(self.rows, idxs), self.layout, self.extra_fields)
 
     def state(self) -> dict|None:
         "A contiguous copy of every column as tensors, or None before the first write."
@@ -123,15 +227,16 @@ class RingStorage:
         check_int('n_added', n_added, low=0)
         if (columns is None) != (n_added == 0): raise ValueError(f"state has n_added {n_added} but {'no' if columns is None else 'some'} columns")
         if columns is None: return
-        if not isinstance(columns, dict) or set(columns) != set(STEP_FIELDS): raise ValueError(f"state columns must be a dict of the SimpleStep fields, got {columns!r:.200}")
+        if not isinstance(columns, dict) or not set(STEP_FIELDS) <= {n.partition('.')[0] for n in columns}:
+            raise ValueError(f"state columns must be a dict holding the SimpleStep fields, got {columns!r:.200}")
         for n, c in columns.items():
             check_tensor(f'column {n}', c, self.max_sz, FIELD_DTYPES.get(n), one_d=n in FIELD_DTYPES)
             if c.is_floating_point() and c.dtype != torch.float32:
                 raise ValueError(f"state column {n!r} has dtype {c.dtype}: floating fields are stored as float32")
-        if columns['state'].shape != columns['next_state'].shape or columns['state'].dtype != columns['next_state'].dtype:
-            raise ValueError("state columns 'state' and 'next_state' must have one shape and dtype")
+        check_schema({n: (c.numpy().dtype, tuple(c.shape[1:])) for n, c in columns.items()})
 
     def nbytes(self): return 0 if self.rows is None else self.rows.nbytes
+
 
 # %% ../nbs/03_memory.ipynb #e2f720aa
 class MemoryView:
@@ -174,6 +279,20 @@ def rng_of_state(text) -> np.random.Generator:
     except (TypeError, ValueError, KeyError) as e: raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
     return rng
 
+# %% ../nbs/03_memory.ipynb #b1f0c003
+def pinned_copy(t:torch.Tensor, device:torch.device) -> torch.Tensor:
+    "`t` copied to a CUDA `device` through pinned host memory, without blocking the host."
+    return t.pin_memory().to(device, non_blocking=True)
+
+def copier(device):
+    "How a sampled batch's host tensors reach `device`: None (no copy) for the host, `pinned_copy` for CUDA, or `.to`."
+    if device is None: return None
+    device = torch.device(device)
+    if device.type == 'cpu': return None
+    if device.type == 'cuda': return functools.partial(pinned_copy, device=device)
+    return lambda t: t.to(device)
+
+
 # %% ../nbs/03_memory.ipynb #0c801855
 class ReplayBuffer(BufferCore):
     "Ring buffer of transitions with uniform sampling of distinct slots."
@@ -199,8 +318,10 @@ class ReplayBuffer(BufferCore):
     idx = property(lambda self: self.storage.idx, doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
     cycle = property(lambda self: self.storage.cycle, doc="Completed trips round the ring: fastrl's `_cycle_tracker`.")
 
-    def add(self, steps) -> np.ndarray:
-        "Store one `SimpleStep`, a batch or a list of them; return their slots."
+    def add(self, steps=None, /, **fields) -> np.ndarray:
+        """Store one transition given as keywords (`state`, `action`, `reward`, `next_state`, `terminated`, any extra
+        field) or a mapping; or a `SimpleStep`, a batch or a list of them. Return the slots written."""
+        steps = as_steps(steps, fields, batch=False)
         if isinstance(steps, SimpleStep) and not steps.is_batch: return self._add_one(steps)
         if isinstance(steps, (list, tuple)) and not steps: return np.zeros(0, np.int64)
         columns = step_columns(steps)
@@ -209,6 +330,16 @@ class ReplayBuffer(BufferCore):
             slots = self.storage.write(columns)
             if len(slots): self._written(int(slots[0]), len(slots))
         return slots
+
+    def extend(self, steps=None, /, **fields) -> np.ndarray:
+        """Store a batch given as keywords or a mapping whose fields share a leading length, or a `SimpleStep` batch or
+        list. Return the slots written."""
+        return self.add(as_steps(steps, fields, batch=True))
+
+    @property
+    def schema(self) -> dict|None:
+        "`{column: (dtype, per-transition shape)}` fixed by the first write (a dict field as `name.key`); None before."
+        return None if self.storage.rows is None else dict(self.storage.schema)
 
     def _add_one(self, step:SimpleStep) -> np.ndarray:
         "Write one step now; `_written` runs for it with the next batch of single steps."
@@ -232,15 +363,18 @@ class ReplayBuffer(BufferCore):
         return self.rng.choice(len(self), size=bs, replace=False), np.ones(bs, np.float32)
 
     @locked
-    def sample(self, bs:int|None=None) -> SimpleStep:
-        "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`."
+    def sample(self,
+               bs:int|None=None, # batch size; None: the buffer's `bs`
+               device=None) -> SimpleStep: # where the batch's tensors go (the storage stays on the host); None: host
+        "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`, on `device`."
         bs = self.bs if bs is None else check_int('bs', bs)
-        if len(self) == 0: raise ValueError("cannot sample from an empty replay buffer")
-        self.flush()
+        if not self.storage.n_added: raise ValueError("cannot sample from an empty replay buffer")
+        if self._unhooked: self.flush()
         idxs, weights = self._draw(bs)
         batch = self.storage.gather(idxs)
-        batch.idxs, batch.weights = torch.from_numpy(np.asarray(idxs, np.int64)), torch.from_numpy(weights)
-        return batch
+        batch.idxs, batch.weights = torch.from_numpy(idxs.astype(np.int64, copy=False)), torch.from_numpy(weights)
+        copy = None if device is None else copier(device)
+        return batch if copy is None else batch._map(copy)
 
     @locked
     def state_dict(self) -> dict:

@@ -9,9 +9,18 @@ from .memory import ReplayBuffer, ExperienceReplay, locked
 from .priorities import Priorities, PriorityKnobs, feedback_arrays
 
 # %% auto #0
-__all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
+__all__ = ['td_column', 'PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
+def td_column(idxs, td_errors):
+    "`td_errors` as one value per idx: (B,) or (B, 1), tensor or array, for (B,) `idxs`; else a `ValueError`."
+    shape, want = (tuple(x.shape) if hasattr(x, 'shape') else np.shape(x) for x in (td_errors, idxs))
+    if len(want) != 1 or shape not in (want, (*want, 1)):
+        raise ValueError(f"td_errors of shape {shape} do not pair with idxs of shape {want}: one TD error per idx, "
+                         f"shaped {want} or {(*want, 1)}")
+    if len(shape) == 1: return td_errors
+    return td_errors.reshape(want) if hasattr(td_errors, 'reshape') else np.reshape(td_errors, want)
+
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     "A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: drawn in proportion to priority."
     schema_version = 2
@@ -44,13 +53,14 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
 
     @locked
     def update_priorities(self,
-                          idxs, # slots, as in a sampled batch's `idxs`
-                          td_errors): # signed TD error per slot; its magnitude is stored
+                          idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
+                          td_errors): # signed TD error per slot, (B,) or (B, 1), torch or numpy; its magnitude is kept
         "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins; stale updates are dropped)."
-        idxs, td = feedback_arrays(idxs, td_errors)
-        if len(idxs) and not (idxs.min() >= 0 and idxs.max() < len(self)):
+        idxs, td = feedback_arrays(idxs, td_column(idxs, td_errors))
+        if len(idxs) and not idxs.view(np.uint64).max() < len(self):   # one pass: a negative idx is a huge unsigned one
             raise ValueError(f"idx {idxs.min() if idxs.min() < 0 else idxs.max()} is not a written slot (the buffer holds {len(self)})")
-        self.prioritizer.update(idxs, td)
+        if self._unhooked: self.flush()
+        self._core.update(idxs, td)
 
     # The state: the ring's, plus the core's at the written slots
     def state_dict(self) -> dict:

@@ -73,9 +73,9 @@ class LastStepWindows(IterDataPipe):
 class RecurrentLearner(Learner):
     "DQN with a `RecurrentQNetwork` on windows from prioritized sequence replay, soft target updates."
     def __init__(self,
-                 env_id:str='CartPoleNoVelocity-v1', # a gymnasium env with a discrete action space
+                 env_id:str='CartPoleNoVelocity-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  seed:int=0, # seeds the network, envs, exploration and sampling
-                 total_steps:int=30_000, # planned env steps, for annealing beta
+                 total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  length:int=8, # steps per window
                  bs:int=64, # windows per batch
                  max_sz:int=50_000, # replay capacity in transitions

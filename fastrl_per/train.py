@@ -4,7 +4,8 @@
 
 # %% ../nbs/07_train.ipynb #2de80663
 from __future__ import annotations
-import contextlib, copy, csv, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, warnings
+import contextlib, copy, csv, importlib, inspect, json, math, os, platform, shlex, signal, subprocess, sys, threading, time
+import warnings
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
@@ -12,25 +13,25 @@ import numpy as np
 import torch
 import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
-from fastprogress.fastprogress import progress_bar
 import fastrl_per
 from . import __version__
 from .learner import Learner, upgrade_checkpoint
 from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray
-from .atari import is_atari, register_atari, make_env, atari_defaults
+from .atari import is_atari, make_env, atari_defaults
+from .envs import check_env_id
 from .checks import check_int, check_number, save_atomically, write_atomically
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_NAMES', 'is_run', 'check_new_run_dir',
+__all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'BOX2D_EXTRA', 'FLAG_NAMES', 'CLI_EXTRA', 'is_run', 'check_new_run_dir',
            'remove_orphans', 'share_mode', 'save_checkpoint', 'load_checkpoint', 'read_metrics', 'keep_metrics_until',
            'plot_metrics', 'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model', 'software',
            'machine', 'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest',
            'manifest_differences', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes',
            'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'RunInterrupted', 'StopSignals',
            'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'save_best',
-           'load_best', 'replay_scalars', 'RunBoard', 'save_run', 'metrics_row', 'apex_class', 'train',
-           'check_video_extra', 'evaluate']
+           'load_best', 'replay_scalars', 'RunBoard', 'require_cli_extra', 'size_text', 'Progress', 'run_ending',
+           'save_run', 'metrics_row', 'apex_class', 'train', 'check_video_extra', 'evaluate']
 
 # %% ../nbs/07_train.ipynb #de10509c
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -153,11 +154,12 @@ def software() -> dict:
                 packages={name: installed_version(name) for name in KEY_PACKAGES})
 
 def machine(learner:Learner) -> dict:
-    "Where and how `learner` computes: device, backend, dtype, threads, CPU."
+    "Where and how `learner` computes: device, backend, dtype, torch's build, threads, CPU."
     param = next(learner.model.parameters())
     backend = f"cuda {torch.version.cuda}" if param.device.type == 'cuda' else param.device.type
     return dict(device=str(param.device), backend=backend, dtype=str(param.dtype).removeprefix('torch.'),
-                torch_threads=torch.get_num_threads(), cpu=cpu_model(), cpu_count=os.cpu_count(), platform=platform.platform())
+                torch_build=torch.__version__, cuda=torch.version.cuda, torch_threads=torch.get_num_threads(),
+                cpu=cpu_model(), cpu_count=os.cpu_count(), platform=platform.platform())
 
 def space_shapes(env_id:str) -> dict:
     "The observation shape and action space of `env_id`."
@@ -202,16 +204,15 @@ def manifest_differences(manifest:dict|None) -> list[str]:
     return lines
 
 # %% ../nbs/07_train.ipynb #14fea772
-BOX2D_EXTRA = "pip install -e '.[box2d]'"
+BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
 
 def check_env_dependencies(env_id):
     "Build `env_id` once (registering the Atari envs for an `ALE/...` id); a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs."
-    if is_atari(env_id): register_atari()
-    if not isinstance(env_id, str) or env_id not in gym.registry: return   # the learner names an unknown id
+    spec = check_env_id(env_id)   # imports the module of a `module.path:EnvId` id, registers ale-py's for `ALE/...`
     try: gym.make(env_id).close()
     except DependencyNotInstalled as e:
         missing = getattr(e.__cause__, 'name', None) or 'a package gymnasium did not find'
-        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(gym.spec(env_id).entry_point) else ' '.join(str(e).split())
+        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(spec.entry_point) else ' '.join(str(e).split())
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07_train.ipynb #60ecb55d
@@ -298,7 +299,7 @@ class StopSignals:
 # %% ../nbs/07_train.ipynb #8221cdf0
 def solved_threshold(env_id:str, solved:float|None) -> float|None:
     "The mean return that ends training early: `solved`, else the env's registered reward threshold; 0 never."
-    if solved is None: return gym.spec(env_id).reward_threshold
+    if solved is None: return check_env_id(env_id).reward_threshold
     check_number('solved', solved)
     return solved or None
 
@@ -332,6 +333,8 @@ def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_di
     "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
     if video_dir is None: env = make_env(env_id)
     else:
+        if not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
+            os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')   # rgb_array frames need no window; without one SDL prints noise
         with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is what we want
             warnings.filterwarnings('ignore', message='.*Overwriting existing videos')
             env = gym.wrappers.RecordVideo(make_env(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
@@ -414,6 +417,66 @@ class RunBoard:
 
     def close(self): self.writer.close()
 
+# %% ../nbs/07_train.ipynb #24e7bb77
+CLI_EXTRA = "pip install 'fastrl_per[cli]'"
+
+def require_cli_extra():
+    "A one-line `ValueError` naming the extra to install unless `train`'s progress bar, plot and TensorBoard can be imported."
+    missing = []
+    for name in ('fastprogress', 'matplotlib', 'tensorboard'):
+        try: importlib.import_module(name)
+        except ImportError: missing.append(name)
+    if missing: raise ValueError(f"train shows progress, plots and writes TensorBoard events with {', '.join(missing)}, "
+                                 f"which {'is' if len(missing) == 1 else 'are'} not installed: {CLI_EXTRA}")
+
+def size_text(nbytes:float) -> str:
+    "`nbytes` in the unit that fits: B, kB, MB or GB."
+    unit = next(u for u, n in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3), ('B', 1)) if abs(nbytes) >= n or u == 'B')
+    return f"{nbytes:,.0f} B" if unit == 'B' else f"{nbytes / dict(GB=1e9, MB=1e6, kB=1e3)[unit]:.1f} {unit}"
+
+class Progress:
+    "A run's progress on `file`: fastprogress's bar on a terminal; elsewhere (a log, a pipe) a plain line at each tenth."
+    def __init__(self, total:int, start:int=0, file=None):
+        self.total, self.file, self.start, self.started = total, file or sys.stdout, start, time.monotonic()
+        self.bar = None
+        if self.file.isatty():
+            from fastprogress.fastprogress import progress_bar
+            self.bar = progress_bar(range(total))
+            self.bar.update(start)
+        self.tenth = start * 10 // total   # the last tenth a line was written for
+
+    def update(self, step:int, comment:str=''):
+        if self.bar is not None:
+            self.bar.comment = comment
+            self.bar.update(step)
+        elif step * 10 // self.total > self.tenth:
+            self.tenth = step * 10 // self.total
+            seconds = time.monotonic() - self.started
+            self.file.write(f"step {step:,} of {self.total:,} ({step / self.total:.0%}), {seconds:.0f} s"
+                            + (f", {comment}" if comment else '') + '\n')
+            self.file.flush()
+
+    def close(self, step:int):
+        "The last update, at the run's last `step`; ends the bar's line."
+        self.update(step)
+        if self.bar is not None: self.file.write('\n')
+
+# %% ../nbs/07_train.ipynb #0215f023
+def run_ending(run_dir:Path, counts:dict, recent:float, threshold:float|None, last:tuple|None, best:dict|None) -> list[str]:
+    "A finished run's last lines: `counts`, the training mean, the `last` network's (step, score) beside `best`'s."
+    solved = bool(threshold) and recent >= threshold
+    lines = [', '.join(f"{n:,} {name}" for name, n in counts.items()) + f"; mean return of the last 20 episodes: {recent:.1f}"
+             + (f" (solved: reached {threshold:g})" if solved else '')]
+    if last: lines.append(f"last network (checkpoint.pt): greedy {last[1]:.1f} at step {last[0]:,}")
+    if best:
+        lines.append(f"best network (best.pt): greedy {best['eval_return']:.1f} at step {best['frame']:,}; "
+                     f"fastrl_per evaluate {shlex.quote(str(run_dir))} plays it (--latest: the last network)")
+    else: lines.append(f"no greedy evaluation ran: fastrl_per evaluate {shlex.quote(str(run_dir))} plays the last network")
+    if solved and last and last[1] < threshold - 0.1 * abs(threshold):   # more than a tenth of the threshold below it
+        lines.append(f"note: training episodes reached a mean of {threshold:g}, but the last network plays {last[1]:.1f} "
+                     "greedily; the best network is the one to use")
+    return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"]
+
 # %% ../nbs/07_train.ipynb #faaa3962
 def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
@@ -450,6 +513,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     "Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot to the run directory."
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
+    require_cli_extra()
     torch.set_num_threads(threads)
     config = learner_config(options)
     if check_int('actors', actors, low=0): config['actors'] = actors
@@ -461,18 +525,18 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar; the summary repeats it
     if hasattr(learner, 'replay_nbytes'):
         manifest['replay_bytes'] = learner.replay_nbytes
-        if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, {learner.replay_nbytes / 1e9:.2f} GB once full\n")
+        if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, {size_text(learner.replay_nbytes)} once full\n")
     save_run(run_dir, learner, manifest, updates)
     total = learner.config['total_steps']
-    bar = progress_bar(range(total)) if progress else None
-    if bar: bar.update(learner.episodes.frames)
+    bar = Progress(total, learner.episodes.frames) if progress else None
     n_returns, shown = len(learner.episodes.returns), learner.episodes.frames
     best = load_best(run_dir)
-    best_score = -math.inf if best is None else best['eval_return']
+    best_score, final = -math.inf if best is None else best['eval_return'], None   # final: (step, score) of the last evaluation
     next_eval = (saved // eval_every + 1) * eval_every if eval_every else math.inf
     def evaluate_row(frame, update) -> float:   # greedy episodes of the network as it is now, recorded at `frame`; best.pt if it ties or beats the best
-        nonlocal best_score, best
+        nonlocal best_score, best, final
         score = evaluate_greedily(learner, eval_episodes, eval_seed)
+        final = (frame, score)
         board.add('return/eval', score, frame)
         if score >= best_score:
             save_best(run_dir, learner, frame, update, score, eval_episodes, eval_seed)
@@ -505,8 +569,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                     board.update(row, updates, learner.replay)
                     n_returns = len(returns)
                     if bar and row['frame'] - shown >= 250:
-                        bar.comment = f"return (mean of 20) {learner.episodes.recent(20):.1f}"
-                        bar.update(shown := row['frame'])
+                        bar.update(shown := row['frame'], f"return (mean of 20) {learner.episodes.recent(20):.1f}")
                     if (last or stop.signum is not None) and not ending:
                         learner.stop()   # finish the env step in progress (its rows are the uninterrupted run's), then stop
                         ending = True
@@ -523,9 +586,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                 f.seek(pos); f.truncate()
                 writer.writerow(metrics_row(row, update, episode_return, score))
         finally: board.close()
-    if bar:
-        bar.update(learner.episodes.frames)
-        sys.stdout.write('\n')  # end the bar's line
+    if bar: bar.close(learner.episodes.frames)
     if isinstance(learner, ApexRun): notes.append(learner.describe(resumed=resume is not None))
     manifest['tb_pending'] = board.pending()
     save_run(run_dir, learner, manifest, updates, ended=stop.signum is None)
@@ -535,17 +596,14 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if stop.signum is not None:
         raise RunInterrupted(f"stopped by {signal.Signals(stop.signum).name} at step {frames} of {total}: saved checkpoint.pt, metrics.csv, "
                              f"run.json and plot.png in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}", stop.signum)
-    solved_note = f" (solved: reached {threshold:g})" if threshold and recent >= threshold else ''
-    best_note = f"; best greedy evaluation {best['eval_return']:.1f} at step {best['frame']} (best.pt)" if best else ''
-    return ''.join(n + '\n' for n in notes) + (f"{frames} steps, {updates} updates, {len(learner.episodes.returns)} episodes, "
-            f"mean return of the last 20: {recent:.1f}{solved_note}{best_note}; wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, "
-            f"checkpoint.pt{', best.pt' if best else ''}")
+    counts = dict(steps=frames, updates=updates, episodes=len(learner.episodes.returns))
+    return '\n'.join(notes + run_ending(run_dir, counts, recent, threshold, final, best))   # final: the last network's
 
 # %% ../nbs/07_train.ipynb #822e0111
 def check_video_extra():
     "A `ValueError` naming the extra to install unless the video encoder is importable."
     try: import moviepy
-    except ImportError: raise ValueError("recording video needs the video extra: pip install \"fastrl_per[video]\"") from None
+    except ImportError: raise ValueError("recording video needs the video extra: pip install 'fastrl_per[video]'") from None
 
 def evaluate(run_dir:str, # a run directory written by train
              episodes:int=10, # greedy episodes to run

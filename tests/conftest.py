@@ -1,9 +1,19 @@
 "Helpers shared by the test files: comparing buffer states before and after a call that must change nothing; training on one torch thread; waiting on a real run."
-import json, time
+import json, os, time
 from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+# torch's default build from the registry reports `2.13.0+cu130` as torch.__version__ while its metadata says `2.13.0`; CI
+# has the CPU build, so .ci/run runs the version checks again with this variable set to a CUDA build's label
+if os.environ.get('FASTRL_PER_TEST_TORCH_LABEL'):
+    torch.__version__ = torch.__version__.split('+')[0] + os.environ['FASTRL_PER_TEST_TORCH_LABEL']
+
+
+def release(version:str) -> str:
+    "`version` without its local label: the torch module and its distribution's metadata may differ by it."
+    return version.split('+')[0]
 
 
 @pytest.fixture

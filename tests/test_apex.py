@@ -85,7 +85,7 @@ def test_feedback_of_several_batches_in_one_call_is_feedback_one_after_another()
 
 def test_ray_run_survives_a_killed_actor():
     "Two actors on a local Ray, a few hundred steps; actor 0 is killed mid-run: training goes on, the buffer's count only grows, the actor comes back."
-    ray = pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    ray = pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     torch.set_num_threads(1)
     run = ApexRun('CartPole-v1', actors=2, seed=0, bs=32, chunk=20, publish_every=10, timeout=60, num_cpus=2).start()   # a loaded machine starts actors slowly
     try:
@@ -126,7 +126,7 @@ def command(*args, timeout=240):
 
 
 def test_actors_refuse_what_apex_does_not_take(tmp_path):
-    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     from fastrl_per.train import train
     with pytest.raises(ValueError, match='--dueling does not apply to --actors'): train(actors=1, dueling=True, out=tmp_path / 'a')
     with pytest.raises(ValueError, match=r'--actors trains the mlp Q-network \(Ape-X\), not --model recurrent'):
@@ -136,7 +136,7 @@ def test_actors_refuse_what_apex_does_not_take(tmp_path):
 
 def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     "Two actors until the run has checkpointed past 100 steps, then SIGINT: exit 130 with a checkpoint holding the replay; --resume continues it; evaluate reads it."
-    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     out = tmp_path / 'run'
     code, _, stderr = interrupt(out, signal.SIGINT, '--actors', '2', '--eval-every', '200', '--eval-episodes', '1')
     assert code == 130 and 'stopped by SIGINT' in stderr and 'Traceback' not in stderr, stderr
@@ -165,7 +165,7 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
 
 def test_one_actor_runs_the_learners_algorithm():
     "With one actor, Ape-X is the single-process Learner (3-step returns, Ape-X's default) made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
-    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install -e '.[ray]'")
+    pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     from fastrl_per.learner import Learner
     torch.set_num_threads(1)
     steps = 1_500

@@ -5,12 +5,12 @@ import pytest
 from fastrl_per.atari import is_atari, make_atari_env, make_atari_vector_env, register_atari
 
 needs_ale = pytest.mark.skipif(importlib.util.find_spec('ale_py') is None,
-                               reason="ale-py is not installed: pip install -e '.[atari]'")
+                               reason="ale-py is not installed: pip install 'fastrl_per[atari]'")
 
 def test_missing_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, 'ale_py', None)  # what `import ale_py` sees when it is not installed
     for make in (register_atari, lambda: make_atari_env('ALE/Pong-v5')):
-        with pytest.raises(ValueError, match=r"pip install -e '\.\[atari\]'"): make()
+        with pytest.raises(ValueError, match=r"pip install 'fastrl_per\[atari\]'"): make()
 
 def test_is_atari_reads_only_the_id():
     assert is_atari('ALE/Breakout-v5') and not is_atari('CartPole-v1') and not is_atari(3)
@@ -155,10 +155,10 @@ def test_bad_frames_are_refused_before_anything_is_written(make, bad, message):
 
 def test_the_learner_and_the_command_name_the_extra_without_ale_py(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, 'ale_py', None)
-    with pytest.raises(ValueError, match=r"pip install -e '\.\[atari\]'"): Learner('ALE/Pong-v5')
+    with pytest.raises(ValueError, match=r"pip install 'fastrl_per\[atari\]'"): Learner('ALE/Pong-v5')
     with pytest.raises(SystemExit) as e: main(['train', '--env', 'ALE/Pong-v5', '--out', str(tmp_path / 'run')])
     err = capsys.readouterr().err.strip().splitlines()
-    assert e.value.code == 1 and len(err) == 1 and "pip install -e '.[atari]'" in err[0]
+    assert e.value.code == 1 and len(err) == 1 and "pip install 'fastrl_per[atari]'" in err[0]
     assert not (tmp_path / 'run').exists()
 
 

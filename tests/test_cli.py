@@ -16,7 +16,8 @@ import torch
 import fastrl_per
 from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
-from conftest import wait_for_saved_steps
+from fastrl_per.train import installed_version
+from conftest import wait_for_saved_steps, release
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -24,9 +25,9 @@ MODULE = [sys.executable, '-m', 'fastrl_per']
 ENV = dict(os.environ, COLUMNS='100')  # argparse wraps help to the terminal's width
 
 
-def run(*args, command=COMMAND, check=None, timeout=300):
-    "Run the command with `args`; the CompletedProcess (text). `check`: the exit status it must have."
-    done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+def run(*args, command=COMMAND, check=None, timeout=300, env=None):
+    "Run the command with `args` (and `env`'s variables); the CompletedProcess (text). `check`: the exit status it must have."
+    done = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=dict(ENV, **(env or {})), timeout=timeout)
     if check is not None: assert done.returncode == check, (done.returncode, done.stdout, done.stderr)
     return done
 
@@ -66,8 +67,47 @@ def test_top_level_help_lists_commands_with_examples(args, code):
     assert 'exit codes:' in text and '0    success' in text and '130' in text and '143' in text
 
 
-def test_readme_shows_the_current_help():
-    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'README.md').read_text()
+def test_the_runs_page_shows_the_current_help():
+    assert '$ fastrl_per --help\n' + run('--help', check=0).stdout + '```' in (ROOT / 'docs' / 'runs.md').read_text()
+
+
+CHAIN_MODULE = """
+import gymnasium as gym
+import numpy as np
+
+class Chain(gym.Env):
+    "Walk right along a chain of 6 states to the reward at its end."
+    observation_space, action_space = gym.spaces.Box(0, 1, (6,), np.float32), gym.spaces.Discrete(2)
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.i = 0
+        return np.eye(6, dtype=np.float32)[self.i], {}
+    def step(self, action):
+        self.i = min(self.i + 1, 5) if action == 1 else max(self.i - 1, 0)
+        return np.eye(6, dtype=np.float32)[self.i], float(self.i == 5), self.i == 5, False, {}
+
+gym.register('Chain-v0', entry_point=Chain, max_episode_steps=30)
+"""
+
+def test_an_env_of_the_users_own_module_trains_evaluates_and_resumes(tmp_path):
+    "`--env module:EnvId` imports the module, as gym.make does; run.json keeps the id, so evaluate and --resume import it again."
+    (tmp_path / 'mymod.py').write_text(CHAIN_MODULE)
+    env, out = dict(PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get('PYTHONPATH', '')])), tmp_path / 'chain'
+    done = run('train', '--env', 'mymod:Chain-v0', '--steps', 500, '--out', out, '--no-progress', env=env, check=0)
+    assert '500 steps' in done.stdout
+    assert json.loads((out / 'run.json').read_text())['config']['env_id'] == 'mymod:Chain-v0'
+    assert 'mean return over 2 greedy episodes' in run('evaluate', out, '--episodes', 2, env=env, check=0).stdout
+    assert '700 steps' in run('train', '--resume', out, '--steps', 700, '--no-progress', env=env, check=0).stdout
+    assert_one_line_error(run('evaluate', out), "cannot import module 'mymod' of env id 'mymod:Chain-v0'")
+    assert_one_line_error(run('train', '--env', 'Chain-v0', '--out', tmp_path / 'x', env=env), "unknown gymnasium env id 'Chain-v0'")
+    assert not (tmp_path / 'x').exists()
+
+
+@pytest.mark.parametrize('env_id, says', [('cartpole-v1', "did you mean 'CartPole-v1'?"), ('Acrobot-v2', "did you mean 'Acrobot-v1'"),
+                                          ('nomodule:CartPole-v1', "cannot import module 'nomodule'")])
+def test_a_wrong_env_id_is_one_line_with_the_nearest_ids(env_id, says, tmp_path):
+    assert_one_line_error(run('train', '--env', env_id, '--out', tmp_path / 'run'), says)
+    assert not (tmp_path / 'run').exists()
 
 
 def test_version():
@@ -138,7 +178,8 @@ def test_run_json_manifest(short_run):
     for key in ('fastrl_per', 'git', 'python', 'packages', 'device', 'backend', 'dtype', 'torch_threads', 'cpu', 'cpu_count',
                 'config', 'observation_shape', 'action_space', 'legs', 'started', 'ended', 'env_steps', 'updates', 'episodes'):
         assert key in m, key
-    assert m['packages']['torch'] == torch.__version__ and m['config']['seed'] == 0 and m['env_steps'] == 200
+    assert m['packages']['torch'] == installed_version('torch') and m['config']['seed'] == 0 and m['env_steps'] == 200
+    assert release(m['torch_build']) == release(torch.__version__)   # the module's version, with a CUDA build's label
     assert m['updates'] == len(metrics(short_run)) and m['ended'] and 'train --out' in m['legs'][0]['command']
     assert len({p.stat().st_mode for p in short_run.iterdir() if p.is_file()}) == 1
 
@@ -217,7 +258,7 @@ def test_evaluate_video_records_each_step(short_run, tmp_path):
 def test_evaluate_video_without_the_extra_names_it(short_run):
     block = 'import sys; sys.modules["moviepy"] = None; from fastrl_per.cli import main; main()'
     done = run('evaluate', short_run, '--video', command=[sys.executable, '-c', block])
-    assert_one_line_error(done, 'pip install "fastrl_per[video]"')
+    assert_one_line_error(done, "pip install 'fastrl_per[video]'")
     assert not (short_run / 'videos').exists()
 
 
@@ -228,5 +269,5 @@ def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
     m['packages']['torch'], m['git'] = '0.0.1', dict(revision='0' * 40, dirty=False)
     (run_dir / 'run.json').write_text(json.dumps(m))
     done = run('evaluate', run_dir, '--episodes', 1, check=0)
-    assert f'fastrl_per: warning: the run was written with torch 0.0.1, this is {torch.__version__}' in done.stderr
+    assert f"fastrl_per: warning: the run was written with torch 0.0.1, this is {installed_version('torch')}" in done.stderr
     assert 'fastrl_per: warning: the run was written at git revision 0000' in done.stderr

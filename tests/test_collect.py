@@ -95,6 +95,30 @@ def test_the_worker_outlives_its_consumers_until_closed(method, how):
     collector.close()
 
 
+@pytest.fixture
+def busy_loops():
+    "Two processes spinning on the machine's CPUs while a test runs (as a loaded machine, or CUDA torch's slow imports, would)."
+    loops = [subprocess.Popen([sys.executable, '-c', 'while True: pass']) for _ in range(2)]
+    yield
+    for p in loops: p.kill(); p.wait()
+
+def test_close_waits_for_the_worker_process_even_under_load(busy_loops):
+    "Once `close()` returns no process of the collector is alive: no waiting loop after it."
+    collector = AsyncCollector('CartPole-v1', QNetwork(4, 2), seed=0, chunk=2)
+    stream = iter(collector)
+    for _ in range(5): next(stream)
+    worker = collector.process
+    collector.close()
+    assert not worker.is_alive() and worker.exitcode == 0 and multiprocessing.active_children() == []
+
+def test_a_worker_that_does_not_exit_is_terminated_with_a_warning():
+    from fastrl_per.collect import join_worker
+    stuck = multiprocessing.get_context('spawn').Process(target=time.sleep, args=(60,))
+    stuck.start()
+    with pytest.warns(RuntimeWarning, match='did not exit within 0.5 s'): join_worker(stuck, 0.5)
+    assert not stuck.is_alive()
+
+
 def failing_setup(): raise ValueError("no such simulator here")
 
 def test_a_killed_worker_process_is_an_error_not_a_hang_and_the_next_iterator_starts_another():

@@ -176,14 +176,14 @@ def test_the_buffer_counts_stale_updates_and_saves_the_count():
 def test_box2d_missing_names_the_box2d_extra(tmp_path):
     done = run('train', '--env', 'LunarLander-v3', '--out', tmp_path / 'run', command=without('Box2D'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-    assert done.stderr.strip() == "fastrl_per train: error: LunarLander-v3 needs Box2D, which is not installed: pip install -e '.[box2d]'"
+    assert done.stderr.strip() == "fastrl_per train: error: LunarLander-v3 needs Box2D, which is not installed: pip install 'fastrl_per[box2d]'"
     assert not (tmp_path / 'run').exists()
 
 
 def test_ale_py_missing_names_the_atari_extra(tmp_path):
     done = run('train', '--env', 'ALE/Pong-v5', '--out', tmp_path / 'run', command=without('ale_py'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-    assert done.stderr.strip() == "fastrl_per train: error: Atari envs need ale-py and OpenCV: pip install -e '.[atari]'"
+    assert done.stderr.strip() == "fastrl_per train: error: Atari envs need ale-py and OpenCV: pip install 'fastrl_per[atari]'"
     assert not (tmp_path / 'run').exists()
 
 

@@ -232,7 +232,7 @@ def test_bad_sizes(kwargs, message):
     with pytest.raises(ValueError, match=message): FrameStorage(**kwargs)
 
 
-@pytest.mark.skipif(importlib.util.find_spec('ale_py') is None, reason="ale-py is not installed: pip install -e '.[atari]'")
+@pytest.mark.skipif(importlib.util.find_spec('ale_py') is None, reason="ale-py is not installed: pip install 'fastrl_per[atari]'")
 def test_real_pong_frames_from_two_interleaved_sub_envs():
     from fastrl_per.atari import make_atari_vector_env
     envs = make_atari_vector_env('ALE/Pong-v5', nenvs=2, max_episode_steps=12)
