@@ -10,17 +10,15 @@ Q(s, a) = w[s, a] + b: features one-hot in (s, a) plus a constant 1, so every up
 through b (the table of `nbs/15_cliffwalk.ipynb` with one shared weight added). Uniform replay, the library's
 proportional and rank-based `Priorities` core and greedy TD-error prioritization, the page's settings otherwise;
 the one-step oracle is left out (it stalls with this learner, see the page). Prints the table (median [min-max]
-updates until the MSE of the Q values to Q* is below 1e-3) and saves the counts and the figure beside the page:
-nbs/cliffwalk_linear_updates.json and nbs/images/cliffwalk_linear.png.
+updates until the MSE of the Q values to Q* is below 1e-3) and saves the counts in
+nbs/data/cliffwalk_linear_updates.json, which the page draws.
 """
 import argparse, json
 from pathlib import Path
 
-import matplotlib
-matplotlib.use('Agg')
 import numpy as np
 
-from fastrl_per.cliffwalk import cliffwalk_table, plot_cliffwalk
+from fastrl_per.cliffwalk import cliffwalk_table
 
 METHODS = ('uniform', 'proportional', 'rank', 'greedy')
 
@@ -36,12 +34,9 @@ def main():
         for n, c in runs.items():
             print(f"{m:<13}{n:>3}{2 ** (n + 1) - 2:>9}{int(np.median(c)):>10}{min(c):>10}{max(c):>10}")
     if args.quick: return
-    nbs = Path(__file__).resolve().parent.parent / 'nbs'
     kept = {m: {str(n): c for n, c in r.items()} for m, r in table.items()}
-    (nbs / 'cliffwalk_linear_updates.json').write_text(json.dumps(kept))
-    ax = plot_cliffwalk(table)
-    ax.set_title('Blind Cliffwalk, linear learner (w[s, a] + b)')
-    ax.figure.savefig(nbs / 'images' / 'cliffwalk_linear.png', dpi=120, bbox_inches='tight')
+    path = Path(__file__).resolve().parent.parent / 'nbs' / 'data' / 'cliffwalk_linear_updates.json'
+    path.write_text(json.dumps(kept))
 
 
 if __name__ == '__main__':
