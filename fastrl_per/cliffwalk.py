@@ -74,9 +74,13 @@ class Cliffwalk:
         self.sse, self.updates = float(((self.q - self.q_star) ** 2).sum()), 0
 
     @property
-    def mse(self) -> float: return self.sse / self.q.size
+    def mse(self) -> float:
+        "Mean squared error of the Q values to Q*; learned below `tolerance`."
+        return self.sse / self.q.size
     @property
-    def values(self) -> np.ndarray: return self.q + self.b[0]
+    def values(self) -> np.ndarray:
+        "The Q values, `q + b` (b stays 0 for a table), rows states, columns actions (1: right)."
+        return self.q + self.b[0]
 
     def sse_after(self, s, a, deltas) -> np.ndarray:
         "The squared error to Q* after an update of (s[j], a[j]) by TD error deltas[j], for each j."
