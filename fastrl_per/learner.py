@@ -21,9 +21,9 @@ from .checks import check_int, check_number
 from .nstep import NStepTransitions
 from .core import SimpleStep
 from .memory import step_columns, packed_dtype
-from .atari import is_atari, SignRewards
+from .atari import is_atari, is_minatar, SignRewards
 from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
-from .conv import NatureQNetwork
+from .conv import NatureQNetwork, MinAtarQNetwork
 from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
@@ -79,7 +79,8 @@ class Learner:
         if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs, n_actions = discrete_env_dims(env_id, images=True)
-        frames = isinstance(obs, tuple)  # stacks of uint8 frames: a conv network, each frame stored once
+        grid = is_minatar(env_id)   # 10×10 bool grids: the MinAtar network, stored as bool in the ring
+        frames = isinstance(obs, tuple) and not grid  # stacks of uint8 frames: a conv network, each frame stored once
         if frames and collector: raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: train it without --collector")
         check_int('max_sz', max_sz); check_int('bs', bs)
         self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
@@ -87,7 +88,9 @@ class Learner:
             raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, more than this machine's "
                              f"{physical_memory() / 1e9:.1f} GB; choose a smaller max_sz (--buffer-size)")
         torch.manual_seed(seed)
-        model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling, layer_norm)
+        if grid: model = MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
+        elif frames: model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
+        else: model = QNetwork(obs, n_actions, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
@@ -111,9 +114,10 @@ class Learner:
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
-        "Bytes the replay storage of `max_sz` transitions of observations `obs` (a size, or a frame stack's shape) takes once written."
-        shape = obs if frames else (obs,)
-        state = np.zeros(shape, np.uint8 if frames else np.float32)
+        "Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape) once written."
+        grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
+        dtype = np.uint8 if frames else bool if grid else np.float32
+        state = np.zeros(obs if isinstance(obs, tuple) else (obs,), dtype)
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
