@@ -27,6 +27,7 @@ dev_requirements = (cfg.get('dev_requirements') or '').split()
 cli_requirements = (cfg.get('cli_requirements') or '').split()  # the [cli] extra: train's progress bar, plot and TensorBoard
 video_requirements = (cfg.get('video_requirements') or '').split()  # the [video] extra: an MP4 encoder with its own ffmpeg
 atari_requirements = (cfg.get('atari_requirements') or '').split()  # the [atari] extra: ale-py and OpenCV
+minatar_requirements = (cfg.get('minatar_requirements') or '').split()  # the [minatar] extra: MinAtar's five games
 box2d_requirements = (cfg.get('box2d_requirements') or '').split()  # the [box2d] extra: gymnasium's Box2D envs (LunarLander)
 ray_requirements = (cfg.get('ray_requirements') or '').split()  # the [ray] extra: Ape-X actors on Ray
 
@@ -47,9 +48,10 @@ setuptools.setup(
     packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data = True,
     install_requires = requirements,
-    extras_require={ 'dev': dev_requirements + cli_requirements + atari_requirements, 'cli': cli_requirements,
+    extras_require={ 'dev': dev_requirements + cli_requirements + atari_requirements + minatar_requirements,
+                     'cli': cli_requirements,
                      'video': video_requirements, 'atari': atari_requirements,
-                     'box2d': box2d_requirements, 'ray': ray_requirements },
+                     'box2d': box2d_requirements, 'ray': ray_requirements, 'minatar': minatar_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

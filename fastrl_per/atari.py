@@ -14,8 +14,8 @@ from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['ATARI_EXTRA', 'ATARI_DEFAULTS', 'is_atari', 'register_atari', 'make_atari_env', 'make_atari_vector_env', 'make_env',
-           'SignRewards', 'atari_defaults']
+__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'is_atari', 'register_atari', 'is_minatar', 'register_minatar',
+           'make_atari_env', 'make_atari_vector_env', 'make_env', 'SignRewards', 'atari_defaults']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
 ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
@@ -29,6 +29,18 @@ def register_atari():
     try: import ale_py
     except ImportError: raise ValueError(f"Atari envs need ale-py and OpenCV: {ATARI_EXTRA}") from None
     gym.register_envs(ale_py)
+
+MINATAR_EXTRA = "pip install 'fastrl_per[minatar]'"
+
+def is_minatar(env_id) -> bool:
+    "True for a MinAtar id (`MinAtar/Breakout-v1`, ...: Young & Tian 2019's 10×10 games, bool observations)."
+    return isinstance(env_id, str) and env_id.startswith('MinAtar/')
+
+def register_minatar():
+    "Register the `minatar` package's `MinAtar/...` envs (gymnasium 1.x does not load its entry point itself)."
+    try: import minatar.gym
+    except ImportError: raise ValueError(f"MinAtar envs need the minatar package: {MINATAR_EXTRA}") from None
+    if 'MinAtar/Breakout-v1' not in gym.registry: minatar.gym.register_envs()
 
 # %% ../nbs/02c_atari.ipynb #aa2fb3c4
 def make_atari_env(env_id:str, # an `ALE/...` id, e.g. 'ALE/Pong-v5'
@@ -75,7 +87,7 @@ class SignRewards(IterDataPipe):
 
 # %% ../nbs/02c_atari.ipynb #d70d7401
 ATARI_DEFAULTS = dict(total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
-                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, alpha=0.6, beta=0.4, double=True, n_step=1)
+                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, double=True, n_step=1)
 
 def atari_defaults(total_steps:int|None=None) -> dict:
     "`ATARI_DEFAULTS` for a run of `total_steps` env steps: the buffer at most `total_steps`, the warm-up at most a quarter of it."

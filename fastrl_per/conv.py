@@ -9,12 +9,23 @@ from torch import nn
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['conv_out', 'NatureQNetwork']
+__all__ = ['conv_out', 'add_heads', 'q_values', 'NatureQNetwork', 'MinAtarQNetwork']
 
 # %% ../nbs/06c_conv.ipynb #8ca06e3e
 def conv_out(size:int, kernel:int, stride:int) -> int:
     "Side of a convolution's output over `size` pixels (no padding)."
     return (size - kernel) // stride + 1
+
+def add_heads(net:nn.Module, mlp):
+    "Give `net` its Q-value head, or with `net.dueling` a value and an advantage head, each `mlp(outputs)`."
+    if net.dueling: net.value, net.advantage = mlp(1), mlp(net.n_actions)
+    else: net.head = mlp(net.n_actions)
+
+def q_values(net:nn.Module, x:torch.Tensor) -> torch.Tensor:
+    "The Q-values `net`'s heads give for features `x`: value + advantage - mean advantage when dueling."
+    if not net.dueling: return net.head(x)
+    advantage = net.advantage(x)
+    return net.value(x) + advantage - advantage.mean(-1, keepdim=True)
 
 class NatureQNetwork(nn.Module):
     "The Nature DQN network over `in_frames` stacked frames; `dueling` gives it the value/advantage head."
@@ -29,13 +40,27 @@ class NatureQNetwork(nn.Module):
         self.dueling, self.n_actions = dueling, n_actions
         self.features = nn.Sequential(nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
                                       nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
-        mlp = lambda n_out: nn.Sequential(nn.Linear(64 * side * side, 512), nn.ReLU(), nn.Linear(512, n_out))
-        if dueling: self.value, self.advantage = mlp(1), mlp(n_actions)
-        else: self.head = mlp(n_actions)
+        add_heads(self, lambda n_out: nn.Sequential(nn.Linear(64 * side * side, 512), nn.ReLU(), nn.Linear(512, n_out)))
 
     def forward(self, frames:torch.Tensor) -> torch.Tensor:
         "Q-values `(batch, n_actions)` of a batch of frame stacks `(batch, in_frames, side, side)` holding pixel values 0-255."
-        x = self.features(frames.float() / 255)
-        if not self.dueling: return self.head(x)
-        advantage = self.advantage(x)
-        return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
+        return q_values(self, self.features(frames.float() / 255))
+
+# %% ../nbs/06c_conv.ipynb #cf725365
+class MinAtarQNetwork(nn.Module):
+    "The MinAtar paper's DQN network over `(batch, side, side, channels)` bool grids; `dueling` gives it the two heads."
+    def __init__(self,
+                 channels:int, # object channels of the grid (4 for Breakout)
+                 n_actions:int, # Q-values out, one per action
+                 dueling:bool=False, # Wang et al.'s value + advantage - mean advantage head
+                 side:int=10): # grids are `side`×`side`
+        super().__init__()
+        check_int('channels', channels); check_int('n_actions', n_actions); check_int('side', side, low=3)
+        self.dueling, self.n_actions = dueling, n_actions
+        self.features = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        cells = 16 * conv_out(side, 3, 1) ** 2
+        add_heads(self, lambda n_out: nn.Sequential(nn.Linear(cells, 128), nn.ReLU(), nn.Linear(128, n_out)))
+
+    def forward(self, grids:torch.Tensor) -> torch.Tensor:
+        "Q-values `(batch, n_actions)` of a batch of grids `(batch, side, side, channels)` (bool or 0/1)."
+        return q_values(self, self.features(grids.float().permute(0, 3, 1, 2)))

@@ -288,7 +288,7 @@ class TrainMetrics(IterDataPipe):
 
 # %% ../nbs/05c_dqn.ipynb #42a38c6c
 def discrete_env_dims(env_id:str,
-                      images:bool=False) -> tuple[int|tuple[int, ...], int]: # images: also take stacks of uint8 frames (a conv network's input)
+                      images:bool=False) -> tuple[int|tuple[int, ...], int]: # images: also uint8 frame stacks and bool grids
     "Observation size (with `images`, the shape of a stack of uint8 frames) and number of actions of `env_id`; a `ValueError` unless DQN can run on it."
     check_env_id(env_id)
     env = make_env(env_id)
@@ -296,7 +296,8 @@ def discrete_env_dims(env_id:str,
     env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
-    if images and isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.uint8 and len(obs_space.shape) == 3:
+    image = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype in (np.uint8, np.bool_) and len(obs_space.shape) == 3
+    if images and image:
         return tuple(obs_space.shape), int(act_space.n)
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
         raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; {env_id!r} has {obs_space}")

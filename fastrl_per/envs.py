@@ -19,7 +19,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
 from .checks import check_int
-from .atari import is_atari, register_atari, make_env
+from .atari import is_atari, register_atari, make_env, is_minatar, register_minatar
 from .memory import rng_of_state
 
 # %% auto #0
@@ -36,6 +36,7 @@ def check_env_id(env_id) -> EnvSpec:
         try: importlib.import_module(module)
         except ImportError as e: raise ValueError(f"cannot import module {module!r} of env id {env_id!r}: {e}") from None
     if is_atari(name): register_atari()   # without the atari extra: a line naming it
+    if is_minatar(name): register_minatar()
     if name in gym.registry: return gym.registry[name]
     near = [i for i in gym.registry if i.lower() == name.lower()] or difflib.get_close_matches(name, list(gym.registry), n=3)
     hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else

@@ -14,15 +14,16 @@ from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
+from .priorities import kind_defaults
 from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
                             TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
 from .core import SimpleStep
 from .memory import step_columns, packed_dtype
-from .atari import is_atari, SignRewards
+from .atari import is_atari, is_minatar, SignRewards
 from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
-from .conv import NatureQNetwork
+from .conv import NatureQNetwork, MinAtarQNetwork
 from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
@@ -46,8 +47,8 @@ class Learner:
                  lr:float=5e-4, # Adam learning rate
                  lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
                  gamma:float=0.99, # discount
-                 alpha:float=0.6, # prioritization exponent
-                 beta:float=0.4, # importance-sampling exponent at the start
+                 alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to |TD error|
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
                  tau:float|None=0.01, # soft target update rate per update
@@ -66,15 +67,20 @@ class Learner:
                  warmup:int|None=None, # env steps stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  collector:str|None=None, # step the envs in a background worker acting with a copy of the network: 'process' or 'thread'; none: in the training loop
-                 publish_every:int=50): # updates between the network's weights reaching the collector's worker
+                 publish_every:int=50, # updates between the network's weights reaching the collector's worker
+                 prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
+        if replay == 'uniform' and prioritization != 'proportional':
+            raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
+        alpha, beta = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
         if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
         check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
         if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs, n_actions = discrete_env_dims(env_id, images=True)
-        frames = isinstance(obs, tuple)  # stacks of uint8 frames: a conv network, each frame stored once
+        grid = is_minatar(env_id)   # 10×10 bool grids: the MinAtar network, stored as bool in the ring
+        frames = isinstance(obs, tuple) and not grid  # stacks of uint8 frames: a conv network, each frame stored once
         if frames and collector: raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: train it without --collector")
         check_int('max_sz', max_sz); check_int('bs', bs)
         self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
@@ -82,15 +88,20 @@ class Learner:
             raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, more than this machine's "
                              f"{physical_memory() / 1e9:.1f} GB; choose a smaller max_sz (--buffer-size)")
         torch.manual_seed(seed)
-        model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1]) if frames else QNetwork(obs, n_actions, hidden, dueling, layer_norm)
+        if grid: model = MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
+        elif frames: model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
+        else: model = QNetwork(obs, n_actions, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
         if n_step > 1: steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)   # open windows carry over between fits
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
-            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed) if frames else None
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps, seed=seed, buffer=buffer, **cadence)
+            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
+                                                  prioritization=prioritization) if frames else None
+            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps,
+                                                      seed=seed, buffer=buffer, prioritization=prioritization,
+                                                      **cadence)
         else:
             buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
             self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
@@ -103,9 +114,10 @@ class Learner:
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
-        "Bytes the replay storage of `max_sz` transitions of observations `obs` (a size, or a frame stack's shape) takes once written."
-        shape = obs if frames else (obs,)
-        state = np.zeros(shape, np.uint8 if frames else np.float32)
+        "Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape) once written."
+        grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
+        dtype = np.uint8 if frames else bool if grid else np.float32
+        state = np.zeros(obs if isinstance(obs, tuple) else (obs,), dtype)
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 

@@ -28,12 +28,13 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def __init__(self,
                  max_sz:int=100, # transitions kept; the oldest are overwritten first
                  bs:int=1, # default batch size of `sample`
-                 alpha:float=0.6, # how much prioritization is used; 0 is uniform
-                 beta:float=0.4, # importance-sampling exponent at the start of training
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to every |TD error| so each transition stays drawable
-                 seed:int|None=None): # seeds the sampler
+                 seed:int|None=None, # seeds the sampler
+                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
         super().__init__(max_sz=max_sz, bs=bs, seed=seed)
-        self._core = Priorities(max_sz, alpha=alpha, beta=beta, eps=eps)
+        self._core = Priorities(max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization)
 
     @property
     def prioritizer(self) -> Priorities:
@@ -78,16 +79,18 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
                  bs:int=1, # batch size of each yielded sample
                  max_sz:int=100, # transitions kept
-                 alpha:float=0.6, # how much prioritization is used; 0 is uniform
-                 beta:float=0.4, # importance-sampling exponent at the start of training
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to every |TD error|
                  return_idxs:bool=False, # yield `(batch, idxs)` instead of the batch
                  seed:int|None=None, # seeds the sampler
                  every:int=1, # incoming items between rounds of sampling
                  repeats:int=1, # batches sampled each round
                  warmup:int|None=None, # steps stored before the first sample; None: bs
-                 buffer:PrioritizedReplayBuffer|None=None): # an existing buffer core to wrap instead of a new one
-        if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
+                 buffer:PrioritizedReplayBuffer|None=None, # an existing buffer core to wrap instead of a new one
+                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+        if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,
+                                                            seed=seed, prioritization=prioritization)
         super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats, warmup=warmup)
 
     lock = property(lambda self: self.buffer.lock)

@@ -219,14 +219,16 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
 
     def __init__(self,
                  capacity:int=1_000_000, # as SequenceReplay, in transitions
-                 alpha:float=0.6, # how much prioritization is used; 0 is uniform over episodes
-                 beta:float=0.4, # importance-sampling exponent at the start; see anneal_beta
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  epsilon:float=1e-6, # added to every |error| so an episode stays drawable
                  *,
-                 seed:int|None=None): # seeds the sampler
+                 seed:int|None=None, # seeds the sampler
+                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
         check_number('epsilon', epsilon, low_ok=False)
         super().__init__(capacity, seed=seed)
-        self.prioritizer = Priorities(self.n_slots, alpha=alpha, beta=beta, eps=epsilon, stale_rule=False)  # ids are never reused
+        self.prioritizer = Priorities(self.n_slots, alpha=alpha, beta=beta, eps=epsilon, stale_rule=False,
+                                      prioritization=prioritization)  # ids are never reused
         self.tree_length = 1      # the tree holds the episodes with at least this many transitions
 
     epsilon = property(lambda self: self.prioritizer.eps, doc="Added to every |error|.")
@@ -251,7 +253,8 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
         self.prioritizer.check_state(state, state['next_id'] - state['first_id'])
     def _assign(self, state:dict):
         super()._assign(state)
-        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False)
+        kind = self.prioritizer.prioritization
+        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=kind)
         core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
         self.prioritizer, self.tree_length = core, state['tree_length']
 
