@@ -54,6 +54,16 @@ def assert_unchanged(before, obj):
     if leaves is not None: assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"
 
 
+def assert_refused_unchanged(build, action, contains):
+    "`action(build())` raises a `ValueError` whose message has every string of `contains`, and leaves the buffer as it was."
+    buf = build() if build else None
+    before = snapshot(buf) if buf is not None else None
+    with pytest.raises(ValueError) as e:
+        action(buf)
+    for s in contains: assert s in str(e.value), f"{s!r} not in {str(e.value)!r}"
+    if buf is not None: assert_unchanged(before, buf)
+
+
 def wait_for_saved_steps(proc, run_dir, steps:int, seconds:float=300.):
     "Wait until the run `proc` writes into `run_dir` has saved at least `steps` env steps in its run.json, has ended, or `seconds` have passed."
     deadline = time.monotonic() + seconds

@@ -8,7 +8,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.memory import ExperienceReplay, ReplayBuffer
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from conftest import assert_state_equal, assert_unchanged, snapshot
+from conftest import assert_state_equal, assert_unchanged, assert_refused_unchanged, snapshot
 
 EPS = 1e-6          # the default eps
 CHI2_7DF_P001 = 24.322  # chi-square critical value, 7 degrees of freedom, p = 0.001 (any table)
@@ -560,13 +560,7 @@ def _case(c):
 
 @pytest.mark.filterwarnings('ignore:overflow encountered:RuntimeWarning')
 @pytest.mark.parametrize('build,action,contains', [_case(c) for c in BAD_INPUT])
-def test_bad_input(build, action, contains):
-    buf = build() if build else None
-    before = snapshot(buf) if buf is not None else None
-    with pytest.raises(ValueError) as e:
-        action(buf)
-    for s in contains: assert s in str(e.value), f"{s!r} not in {str(e.value)!r}"
-    if buf is not None: assert_unchanged(before, buf)
+def test_bad_input(build, action, contains): assert_refused_unchanged(build, action, contains)
 
 
 # ---------------------------------------------------------------- the pipe

@@ -11,7 +11,7 @@ from fastrl_per.priorities import Priorities, RankHeap
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
 from fastrl_per.sequence import PrioritizedSequenceReplay
 from fastrl_per.learner import Learner
-from conftest import assert_state_equal, assert_unchanged, snapshot
+from conftest import assert_state_equal, assert_refused_unchanged
 from test_per import steps, TD8
 
 nan, inf = float('nan'), float('inf')
@@ -223,13 +223,7 @@ BAD_INPUT = [
 
 @pytest.mark.filterwarnings('ignore:overflow encountered:RuntimeWarning')
 @pytest.mark.parametrize('build,action,contains', [pytest.param(*c[1:], id=c[0]) for c in BAD_INPUT])
-def test_bad_input(build, action, contains):
-    buf = build() if build else None
-    before = snapshot(buf) if buf is not None else None
-    with pytest.raises(ValueError) as e:
-        action(buf)
-    for s in contains: assert s in str(e.value), f"{s!r} not in {str(e.value)!r}"
-    if buf is not None: assert_unchanged(before, buf)
+def test_bad_input(build, action, contains): assert_refused_unchanged(build, action, contains)
 
 
 def test_empty_heap_draw_says_so():
