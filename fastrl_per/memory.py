@@ -444,7 +444,9 @@ class ExperienceReplay(IterDataPipe):
         batch = self.buffer.sample(bs)
         return (batch, batch.idxs) if self.return_idxs else batch
 
-    def add(self, steps): return self.buffer.add(steps)
+    def add(self, steps):
+        "Store `steps` (a `SimpleStep`, a batch or a list of them) in the buffer; the slots written."
+        return self.buffer.add(steps)
     def __len__(self): return len(self.buffer)
     @property
     def bs(self): return self.buffer.bs
