@@ -324,11 +324,17 @@ class ApexRun:
                 for k in range(c['replay_shards'])]
 
     @property
-    def updates(self) -> int: return self.target_update.steps
+    def updates(self) -> int:
+        "Updates made so far."
+        return self.target_update.steps
     @property
-    def published(self) -> int: return self.version
+    def published(self) -> int:
+        "The version of the weights the actors were last sent."
+        return self.version
     @property
-    def running(self) -> bool: return bool(self.replay.servers)
+    def running(self) -> bool:
+        "Whether Ray and the replay shards are running."
+        return bool(self.replay.servers)
 
     def start(self):
         """Join or start Ray, place the replay shards (on the learner's node) with the run's buffer and the actors (spread);

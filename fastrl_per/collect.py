@@ -57,7 +57,9 @@ class PolicyCopy:
             return self.agent(states)
 
     @property
-    def epsilon(self): return self.agent.epsilon
+    def epsilon(self):
+        "The exploration rate of the next action."
+        return self.agent.epsilon
 
     def state_dict(self) -> dict:
         "The newest weights and version, and the exploration's step count and RNG."

@@ -166,11 +166,17 @@ class RingStorage:
         return None if self.rows is None else {n: self.rows[n] for n in self.order}
 
     @property
-    def sz(self): return min(self.n_added, self.max_sz)
+    def sz(self):
+        "Steps stored."
+        return min(self.n_added, self.max_sz)
     @property
-    def idx(self): return 0 if self.n_added == 0 else (self.n_added - 1) % self.max_sz + 1
+    def idx(self):
+        "One past the last written slot (0 when empty)."
+        return 0 if self.n_added == 0 else (self.n_added - 1) % self.max_sz + 1
     @property
-    def cycle(self): return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
+    def cycle(self):
+        "Completed trips round the ring."
+        return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
 
     def check(self, columns:dict):
         "Raise a `ValueError` if `columns` do not fit the stored ones (see `check_columns`); return their row count."
@@ -312,7 +318,9 @@ class ReplayBuffer(BufferCore):
     @property
     def max_sz(self): return self.storage.max_sz
     @property
-    def memory(self): return MemoryView(self.storage)
+    def memory(self):
+        "The stored steps in slot order, as a view: `len`, `[int]` a step, `[slice]` a batch."
+        return MemoryView(self.storage)
     def __len__(self): return self.storage.sz
     sz = property(lambda self: self.storage.sz, doc="Steps stored: fastrl's `_sz_tracker`.")
     idx = property(lambda self: self.storage.idx, doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
@@ -453,7 +461,9 @@ class ExperienceReplay(IterDataPipe):
     @property
     def max_sz(self): return self.buffer.max_sz
     @property
-    def memory(self): return self.buffer.memory
+    def memory(self):
+        "The buffer's stored steps in slot order, as a view."
+        return self.buffer.memory
     sz = property(lambda self: self.buffer.sz, doc="Steps stored.")
     idx = property(lambda self: self.buffer.idx, doc="One past the last written slot (0 when empty).")
     cycle = property(lambda self: self.buffer.cycle, doc="Completed trips round the ring.")

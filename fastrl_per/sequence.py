@@ -100,13 +100,21 @@ class SequenceReplay(BufferCore):
 
     def __len__(self): return self.n_stored
     @property
-    def n_episodes(self): return self.next_id - self.first_id
+    def n_episodes(self):
+        "Episodes stored."
+        return self.next_id - self.first_id
     @property
-    def ids(self): return np.arange(self.first_id, self.next_id)
+    def ids(self):
+        "The stable ids of the stored episodes, oldest first."
+        return np.arange(self.first_id, self.next_id)
     @property
-    def longest(self): return self._longest.max or 0
+    def longest(self):
+        "Transitions in the longest stored episode (0 when empty)."
+        return self._longest.max or 0
     @property
-    def shortest(self): return -(self._shortest.max or 0)
+    def shortest(self):
+        "Transitions in the shortest stored episode (0 when empty)."
+        return -(self._shortest.max or 0)
     def _slots(self, ids): return np.asarray(ids) % self.n_slots
     def _ids_of(self, slots): return self.first_id + (np.asarray(slots) - self.first_id) % self.n_slots
     def __repr__(self):
