@@ -433,13 +433,14 @@ def require_cli_extra():
 
 def size_text(nbytes:float) -> str:
     "`nbytes` in the unit that fits: B, kB, MB or GB."
-    unit = next(u for u, n in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3), ('B', 1)) if abs(nbytes) >= n or u == 'B')
-    return f"{nbytes:,.0f} B" if unit == 'B' else f"{nbytes / dict(GB=1e9, MB=1e6, kB=1e3)[unit]:.1f} {unit}"
+    for unit, n in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if abs(nbytes) >= n: return f"{nbytes / n:.1f} {unit}"
+    return f"{nbytes:,.0f} B"
 
 class Progress:
     "A run's progress on `file`: fastprogress's bar on a terminal; elsewhere (a log, a pipe) a plain line at each tenth."
     def __init__(self, total:int, start:int=0, file=None):
-        self.total, self.file, self.start, self.started = total, file or sys.stdout, start, time.monotonic()
+        self.total, self.file, self.started = total, file or sys.stdout, time.monotonic()
         self.bar = None
         if self.file.isatty():
             from fastprogress.fastprogress import progress_bar
