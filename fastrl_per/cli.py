@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse, inspect, re, sys, textwrap, typing, warnings
 from fastcore.docments import docments
 from . import __version__
-from .train import train, evaluate, learner_classes, flag, RunInterrupted
+from .train import train, evaluate, RunInterrupted
+from .factories import learner_classes, flag
 from .atari import ATARI_DEFAULTS
 from .apex import ApexRun
 

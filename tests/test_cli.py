@@ -16,7 +16,7 @@ import torch
 import fastrl_per
 from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
-from fastrl_per.train import installed_version
+from fastrl_per.rundir import installed_version
 from conftest import wait_for_saved_steps, release
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fastrl_per.core import SimpleStep
 from fastrl_per.per import PrioritizedExperienceReplay
-from fastrl_per.train import RunBoard
+from fastrl_per.monitor import RunBoard
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 EARLY = ('--bs', 64)   # the first update, and so the first metrics row an evaluation lands on, at step 64: before the first evaluation at 100

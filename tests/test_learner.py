@@ -16,7 +16,7 @@ import torch.nn as nn
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
-import fastrl_per.train as train_mod
+import fastrl_per.rundir as rundir_mod
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import (AnnealBeta, OnlineQ, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate, TDTargets,
@@ -25,7 +25,8 @@ from fastrl_per.learner import Learner
 from fastrl_per.memory import ExperienceReplay
 from fastrl_per.per import PrioritizedExperienceReplay
 from fastrl_per.pipes import find_upstream
-from fastrl_per.train import evaluate, greedy_returns, load_checkpoint, read_metrics, train
+from fastrl_per.train import evaluate, greedy_returns, train
+from fastrl_per.rundir import load_checkpoint, read_metrics
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
@@ -514,7 +515,7 @@ def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monk
     run = copy_run(base_run, tmp_path)
     def disk_full(*args): raise OSError('disk full')
     with monkeypatch.context() as m:
-        m.setattr(train_mod, 'save_checkpoint', disk_full)
+        m.setattr(rundir_mod, "save_checkpoint", disk_full)
         with pytest.raises(OSError): train(steps=400, resume=str(run), progress=False)
     train(steps=450, resume=str(run), progress=False)
     frames = read_metrics(run)['frame']
