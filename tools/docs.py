@@ -1,9 +1,9 @@
 """Prepare the documentation pages: run every notebook in nbs/ and write it, outputs included, to _proc/ for
 mkdocs. Cells flagged `#| slow` (or `#| eval: false`) are skipped, as `nbdev_test` skips them; `#| hide` cells
 and directive lines are dropped; a notebook with `#| default_exp M` gets an API section for `fastrl_per.M`:
-signature, parameter comments (docments) and docstring of each name in `__all__` defined there, and of every public
-method and property of a class, inherited ones included (from this package's classes; `object`, `IterDataPipe` and
-other outside bases left out).
+signature, parameter comments (docments) and docstring of each public name (those `fastrl_per.all` exports) defined
+there, and of every public method and property of a class, inherited ones included (from this package's classes;
+`object`, `IterDataPipe` and other outside bases left out); the module's other names follow as one line each.
 (nbdev's own `nbdev_docs` needs Quarto.) A cell that raises, does not compile (which execnb's `run_all` lets
 through: tools/check_cells.py) or leaves an error output stops the build with its traceback."""
 import ast, importlib, inspect, re, sys, typing
@@ -126,13 +126,33 @@ def defined_here(mod):
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
     return [n for n in mod.__all__ if getattr(getattr(mod, n), '__module__', None) == mod.__name__ or n in assigned]
 
+def helpers_md(modname, mod, names):
+    "One line for each helper: its name, signature and the first line of its docstring."
+    lines = []
+    for n in names:
+        obj = getattr(mod, n)
+        if not callable(obj): lines.append(f'- `{n}`: a constant'); continue
+        try: sig = inspect.signature(obj)
+        except ValueError: sig = None
+        if sig is not None and not inspect.isclass(obj):   # annotations as written, not as quoted strings
+            sig = str(sig.replace(parameters=[p.replace(annotation=as_written(p.annotation)) for p in sig.parameters.values()],
+                                  return_annotation=as_written(sig.return_annotation)))
+        else: sig = ''
+        doc = (inspect.getdoc(obj) or '').split('\n')[0]
+        lines.append(f'- `{n}{sig}`' + (f': {doc}' if doc else ''))
+    return (f'### Helpers\n\nImportable from `fastrl_per.{modname}`, not part of the public API '
+            '(`fastrl_per.all`):\n\n' + '\n'.join(lines))
+
 def api_cells(modname):
-    "Markdown cells documenting `fastrl_per.<modname>`."
-    mod = importlib.import_module(f'fastrl_per.{modname}')
+    "Markdown cells documenting `fastrl_per.<modname>`: each public name (`fastrl_per.all`) whole, then its helpers."
+    mod, public = importlib.import_module(f'fastrl_per.{modname}'), set(importlib.import_module('fastrl_per.all').__all__)
     names = defined_here(mod)
     if not names: return []
-    return [mk_cell(f'## API\n\nExported by `fastrl_per.{modname}`.', 'markdown')] + [
-        mk_cell(name_md(n, getattr(mod, n)), 'markdown') for n in names]
+    shown, helpers = [n for n in names if n in public], [n for n in names if n not in public]
+    head = (f'## API\n\nThe public names of `fastrl_per.{modname}`, which `from fastrl_per.all import *` brings.' if shown
+            else f'## API\n\n`fastrl_per.{modname}` adds no names to the public API.')
+    return ([mk_cell(head, 'markdown')] + [mk_cell(name_md(n, getattr(mod, n)), 'markdown') for n in shown]
+            + ([mk_cell(helpers_md(modname, mod, helpers), 'markdown')] if helpers else []))
 
 def page_cells(cells):
     "Cells as the page shows them: without `hide` cells and directive lines; a skipped cell says why it has no output."
