@@ -111,6 +111,7 @@ def test_ray_run_survives_a_killed_actor():
     finally:
         run.close()
     assert not ray.is_initialized()
+    assert run.restarts == [1, 0] == [a['restarts'] for a in run.placement['actors']]   # as Ray counted them
 
 
 def test_without_ray_the_error_names_the_extra(monkeypatch):
