@@ -5,9 +5,12 @@ actor's capacity.
 
 `--shards` measures the replay instead: transitions per second into the replay and learner updates
 per second with 8 light actors (0.25 CPU each, CartPole-v1, replay ratio 0.25 so the learner
-does not hold them back) for 1, 2 and 4 replay shards; `--cluster` runs it on a two-node Ray
-cluster on this machine (ray.cluster_utils.Cluster, 1 CPU a node, loopback only) and prints
-where the actors and shards ran.
+does not hold them back) for 1, 2 and 4 replay shards, with the CPU time the shards spent per
+transition pushed (their share of the learner's draws and priority updates included), how busy
+each shard was, the learner's CPU time per update and the actors' per transition (all from
+/proc: a loopback cluster's processes are on this machine), then the replay capacity table
+below; `--cluster` runs it on a two-node Ray cluster on this machine (ray.cluster_utils.Cluster,
+1 CPU a node, loopback only) and prints where the actors and shards ran.
 
 Every mode runs the same DQN at one update per env step (batch 64) for `--steps` env steps,
 timed after start-up (Ray's start, the actors' and the collector's worker's imports are not counted), each in a fresh
@@ -51,6 +54,11 @@ def register_padded():
     "Register PaddedCartPole-v1 in this process (Ray runs this in every worker it starts)."
     if 'PaddedCartPole-v1' not in gym.registry:
         gym.register('PaddedCartPole-v1', entry_point=lambda **kw: PadStep(gym.make('CartPole-v1', **kw)))
+
+def cpu_s(pid) -> float:
+    "CPU seconds (user + system) process `pid` has used, from /proc (every node of a loopback cluster is on this machine)."
+    with open(f'/proc/{pid}/stat') as f: fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 def peak_mb(pid=None) -> float:
     "Peak resident memory of this process (or of `pid`, from /proc) in MB."
@@ -126,7 +134,8 @@ def capacity(repeats=300):
     return rows
 
 def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
-    "Transitions/s into the replay and updates/s of Ape-X with `actors` light actors for 1, 2 and 4 shards; their placement."
+    """Transitions/s into the replay and updates/s of Ape-X with `actors` light actors for 1, 2 and 4 shards, the CPU time
+    the shards, the learner and the actors spent per transition and per update; their placement."""
     if cluster:   # before Ray is imported: its temp dir and loopback as this machine's address (see tests/test_apex.py)
         import tempfile
         os.environ.update(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
@@ -148,12 +157,18 @@ def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
                           replay_shards=shards, actor_cpus=actor_cpus, timeout=120).start()
             try:
                 for i, a in enumerate(run.actors): ray_get(a.collect.remote(None, 0, 1), 120, f'actor {i}')   # warm
-                n0, start = run.stats()['n_added'], time.perf_counter()
+                p, stats = run.placement, run.stats()
+                shard_pids, actor_pids = stats['pids'], [a['pid'] for a in p['actors']]
+                cpu = lambda: (sum(map(cpu_s, shard_pids)), time.process_time(), sum(map(cpu_s, actor_pids)))
+                n0, cpu0, start = stats['n_added'], cpu(), time.perf_counter()
                 updates = sum(1 for _ in run.iterate(steps))
-                seconds, n1 = time.perf_counter() - start, run.stats()['n_added']
-                p = run.placement
+                seconds, n1, cpu1 = time.perf_counter() - start, run.stats()['n_added'], cpu()
+                (shard_s, learner_s, actor_s) = (b - a for a, b in zip(cpu0, cpu1))
+                if [a['pid'] for a in run.placement['actors']] != actor_pids: raise RuntimeError('an actor restarted mid-row')
                 beside = all(s['node_id'] == p['learner']['node_id'] for s in p['replay_shards'])
                 rows.append(dict(shards=shards, transitions_s=(n1 - n0) / seconds, updates_s=updates / seconds,
+                                 shard_us=1e6 * shard_s / (n1 - n0), shard_busy=shard_s / seconds / shards,
+                                 learner_us=1e6 * learner_s / updates, actor_us=1e6 * actor_s / (n1 - n0),
                                  actor_nodes=len({a['node_id'] for a in p['actors']}), nodes=p['nodes'], beside=beside, placement=p))
             finally: run.close()
     finally:
@@ -162,6 +177,10 @@ def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
             nodes.shutdown()
             import shutil; shutil.rmtree(os.environ['RAY_TMPDIR'], ignore_errors=True)
     return rows
+
+def print_capacity():
+    print("\n| replay | µs per add of 64 | µs per sample of 256 + update |\n|---|---:|---:|")
+    for name, add, su in capacity(): print(f"| {name} | {add:.0f} | {su:.0f} |")
 
 def gil_cost(updates=2000):
     "CPU and wall µs per update of the learner thread alone, and beside a thread stepping CartPole with its agent every ms (sleeping in between, as PadStep does)."
@@ -204,16 +223,19 @@ def main():
         where = 'a two-node Ray cluster on loopback (1 CPU a node)' if args.cluster else 'a local Ray of 2 CPUs'
         print(f"Ape-X, 8 actors of 0.25 CPU on CartPole-v1, {args.steps} env steps per row, replay ratio 0.25, batch 64, "
               f"on {where}; this machine: {os.cpu_count()} CPUs\n")
-        print("| replay shards | transitions/s into replay | learner updates/s | actors on nodes | shards on the learner's node |\n"
-              "|---:|---:|---:|---:|---|")
+        print("| replay shards | transitions/s into replay | learner updates/s | shard CPU µs / transition | "
+              "each shard busy | learner CPU µs / update | actor CPU µs / transition | actors on nodes | "
+              "shards on the learner's node |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for r in rows:
-            print(f"| {r['shards']} | {r['transitions_s']:.0f} | {r['updates_s']:.0f} | {r['actor_nodes']} of {r['nodes']} | "
+            print(f"| {r['shards']} | {r['transitions_s']:.0f} | {r['updates_s']:.0f} | {r['shard_us']:.0f} | "
+                  f"{r['shard_busy']:.0%} | {r['learner_us']:.0f} | {r['actor_us']:.0f} | {r['actor_nodes']} of {r['nodes']} | "
                   f"{'yes' if r['beside'] else 'no'} |")
         p = rows[-1]['placement']
         short = lambda w: f"{w['node_id'][:8]}@{w['ip']}"
         print(f"\nplacement of the 4-shard run (node id prefix@IP; Ray {p['ray']} at {p['address']}): "
               f"learner {short(p['learner'])}; actors {', '.join(map(short, p['actors']))}; "
-              f"replay shards {', '.join(map(short, p['replay_shards']))}")
+              f"replay shards {', '.join(map(short, p['replay_shards']))}; load average {os.getloadavg()[0]:.1f}")
+        print_capacity()
         return
     modes = ['single', 'process', 'thread', 'ray1', 'ray2']
     names = {'single': '(a) single process', 'process': '(b) collector, worker process', 'thread': '(b) collector, worker thread',
@@ -229,8 +251,7 @@ def main():
             sps, ups = r['env_steps'] / r['seconds'], r['updates'] / r['seconds']
             base = base or sps
             print(f"| {env_id} | {names[mode]} | {sps:.0f} | {ups:.0f} | {r['updates'] / r['env_steps']:.2f} | {sps / base:.2f}x | {r['peak_mb']:.0f} |", flush=True)
-    print("\n| replay | µs per add of 64 | µs per sample of 256 + update |\n|---|---:|---:|")
-    for name, add, su in capacity(): print(f"| {name} | {add:.0f} | {su:.0f} |")
+    print_capacity()
     (cpu0, wall0), (cpu1, wall1) = gil_cost()
     print("\n| learner thread, per update (HandLoop.update, batch 128) | CPU µs | wall µs |\n|---|---:|---:|")
     print(f"| alone | {cpu0:.0f} | {wall0:.0f} |\n| beside a thread stepping CartPole every {PAD_S * 1e3:g} ms | {cpu1:.0f} ({cpu1 / cpu0 - 1:+.0%}) | {wall1:.0f} ({wall1 / wall0 - 1:+.0%}) |")

@@ -22,8 +22,8 @@ from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['DEPLOYMENT', 'apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
-           'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient', 'ApexRun',
-           'Batches']
+           'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient',
+           'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
@@ -92,20 +92,39 @@ def ray_get(ref, timeout:float, what:str):
     except ray.exceptions.GetTimeoutError: raise TimeoutError(f"{what} did not answer within {timeout:g} s") from None
 
 def where() -> dict:
-    "Where the calling Ray worker runs: its node's id and IP address, and its process id."
+    "Where the calling Ray worker runs: its node's id and IP address, its process id, its actor id (None: a driver)."
     ray = require_ray()
-    return dict(node_id=ray.get_runtime_context().get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid())
+    context = ray.get_runtime_context()
+    return dict(node_id=context.get_node_id(), ip=ray.util.get_node_ip_address(), pid=os.getpid(),
+                actor_id=context.get_actor_id())
 
 class ReplayLost(RuntimeError):
     "A replay shard died (its node with it, say) or went silent: what it held since the last checkpoint is gone."
 
+def asks_token(gcs:str) -> bool:
+    "Whether the Ray cluster at `gcs` (host:port) refuses a call without a token (its nodes run RAY_AUTH_MODE=token)."
+    ray = require_ray()
+    from ray._raylet import GcsClient   # ray.init's own client of the cluster's control store
+    try: GcsClient(address=gcs)   # asks for the cluster's id, without a token unless RAY_AUTH_MODE says token
+    except ray.exceptions.AuthenticationError: return True
+    except ray.exceptions.RpcError: raise ConnectionError(f"no Ray cluster answers at {gcs}") from None
+    return False
+
 def ray_init(address:str|None, num_cpus:float) -> str:
-    "Join the Ray at `address` (or $RAY_ADDRESS; 'auto' finds a local cluster), else start one of `num_cpus` CPUs: which."
+    """Join the Ray at `address` (or $RAY_ADDRESS; 'auto': the cluster `ray start` began on this machine) in the
+    cluster's own auth mode, else start one of `num_cpus` CPUs: which."""
     ray = require_ray()
     if ray.is_initialized(): return 'in use'   # this process's own ray.init: the run leaves it running
     address = address or os.environ.get('RAY_ADDRESS')
     if address:
-        ray.init(address=address, log_to_driver=False)   # a cluster's resources are its own: none to pass
+        from ray._private.services import canonicalize_bootstrap_address   # how ray.init reads 'auto' and host:port
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+        gcs = canonicalize_bootstrap_address(address)   # 'auto': $RAY_TMPDIR/ray/ray_current_cluster, else one running
+        # Ray guesses: 'auto' turns token auth on whenever ~/.ray/auth_token exists, an address never does. Asked
+        # instead: a token only where the cluster wants one (a RAY_AUTH_MODE the user set is kept)
+        if 'RAY_AUTH_MODE' not in os.environ and asks_token(gcs):
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        ray.init(address=gcs, log_to_driver=False)   # a cluster's resources are its own: none to pass
         return 'joined'
     ray.init(address='local', num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                   _node_ip_address='127.0.0.1')   # a Ray of its own: on loopback, reachable from nowhere else
@@ -375,7 +394,8 @@ class ApexRun:
             free, cpus = ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0)
             raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
                                f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
-        actors = ray.get(refs)
+        actors = [dict(a, restarts=r) for a, r in zip(ray.get(refs), self.restarts)]
+        self.counted = list(self.restarts)   # Ray counts each start's actors afresh
         shards = self.replay.places = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
         self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
         self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
@@ -399,7 +419,15 @@ class ApexRun:
             self.replay.flush()
             self.replay_state = self.replay.state_dicts()
         except ReplayLost: pass   # `replay.lost` says so: `state_dict` refuses, the last checkpoint is where to resume
-        finally: self.end(ray)
+        finally:
+            try: self.count_restarts()   # those Ray made since the last call came back, too
+            finally: self.end(ray)
+
+    def count_restarts(self):
+        "Each actor's restarts as Ray counts them (`num_restarts` in its actor table), after those of earlier starts."
+        from ray._private.state import actors   # the cluster's actor table (ray.util.state needs a dashboard)
+        for i, a in enumerate(self.placement['actors']):
+            a['restarts'] = self.restarts[i] = self.counted[i] + actors(a['actor_id']).get('NumRestarts', 0)
 
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.close()
@@ -417,7 +445,7 @@ class ApexRun:
         return self.episodes.frames > self.updates / self.config['replay_ratio'] + slack
 
     def harvest(self, wait:bool):
-        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process is a restart (its place kept)."
+        "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process: restarted, where."
         ray, calls, last = require_ray(), self.calls, len(self.actors) - 1
         done, _ = ray.wait(list(calls), num_returns=1 if wait else len(calls), timeout=self.timeout if wait else 0)
         if wait and not done: raise TimeoutError(f"no actor answered within {self.timeout:g} s")
@@ -429,9 +457,9 @@ class ApexRun:
                 for k, s in enumerate(self.replay.servers): self.replay.get(k, s.stats.remote())   # ReplayLost if a shard died
                 why, dead = str(e).strip().splitlines()[0], isinstance(e, ray.exceptions.RayActorError)
                 raise RuntimeError(f"actor {i} died and cannot be restarted: {why}" if dead else f"actor {i} failed: {why}") from None
-            if result['pid'] != self.pids[i]:
-                self.restarts[i] += 1
+            if result['pid'] != self.pids[i]:   # a new process: Ray restarted the actor, where it had room
                 self.placement['actors'][i] = ray_get(self.actors[i].where.remote(), self.timeout, f'actor {i}')
+                self.count_restarts()
             self.pids[i] = result['pid']
             self.episodes.frames += result['steps']
             self.actor_steps[i] += result['steps']

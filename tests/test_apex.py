@@ -111,6 +111,7 @@ def test_ray_run_survives_a_killed_actor():
     finally:
         run.close()
     assert not ray.is_initialized()
+    assert run.restarts == [1, 0] == [a['restarts'] for a in run.placement['actors']]   # as Ray counted them
 
 
 def test_without_ray_the_error_names_the_extra(monkeypatch):
@@ -235,7 +236,10 @@ def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
     # a temp dir of its own (short: Ray's socket paths live there), and loopback as this machine's address: Ray otherwise
     # resolves 127.0.0.1 in RAY_ADDRESS to the machine's outward IP, where these nodes do not listen
-    settings = dict(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
+    # and no token auth on its nodes, whatever an earlier ray.init in this process set (runs here and in the commands
+    # inherit it too, unless a test drops it)
+    settings = dict(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0',
+                    RAY_AUTH_MODE='disabled')
     previous = {k: os.environ.get(k) for k in settings}
     os.environ.update(settings)
     node = dict(num_cpus=1, node_ip_address='127.0.0.1', include_dashboard=False)
@@ -251,10 +255,12 @@ def cluster(tmp_path_factory):
         shutil.rmtree(settings['RAY_TMPDIR'], ignore_errors=True)
 
 
-def on_cluster(cluster, *args, wait=True, timeout=240, flag=False):
-    "`fastrl_per train ...` with RAY_ADDRESS set to `cluster` (`flag`: --ray-address instead): its result, or the process."
-    env = {k: v for k, v in os.environ.items() if k != 'RAY_ADDRESS'} if flag else dict(os.environ, RAY_ADDRESS=cluster.address)
-    if flag: args = (*args, '--ray-address', cluster.address)
+def on_cluster(cluster, *args, wait=True, timeout=240, flag=False, address=None, env=None):
+    """`fastrl_per train ...` with RAY_ADDRESS set to `address` (default: `cluster`'s; `flag`: --ray-address instead) in
+    `env` (default: this process's): its result, or the process."""
+    address, env = address or cluster.address, dict(os.environ if env is None else env)
+    env = {k: v for k, v in env.items() if k != 'RAY_ADDRESS'} if flag else dict(env, RAY_ADDRESS=address)
+    if flag: args = (*args, '--ray-address', address)
     cmd = [*COMMAND, 'train', *map(str, args)]
     if wait: return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -298,6 +304,20 @@ def test_train_joins_a_cluster_spreads_its_actors_and_resumes_without_it(cluster
     assert len(legs) == 2 and legs[1]['ray']['ray'] == 'started' and legs[1]['ray']['address'] != cluster.address
 
 
+def test_auto_finds_the_cluster_started_here_and_joins_it_in_its_auth_mode(cluster, tmp_path):
+    """RAY_ADDRESS=auto: the cluster whose address Ray's temp dir records (as `ray start` leaves it). The nodes run without
+    token auth, while a token is at hand and RAY_AUTH_MODE unset: Ray alone would then turn token auth on for 'auto' and
+    the replay actor died at start; the run asks the cluster instead."""
+    env = {k: v for k, v in os.environ.items() if k != 'RAY_AUTH_MODE'}
+    env['RAY_AUTH_TOKEN'] = 'a' * 32   # a token Ray finds, as it finds ~/.ray/auth_token after any local ray.init
+    done = on_cluster(cluster, '--actors', 2, '--actor-cpus', 0.5, '--steps', 100, '--out', tmp_path / 'run', *FAST,
+                      address='auto', env=env)
+    assert done.returncode == 0, done.stderr
+    ray_leg = json.loads((tmp_path / 'run' / 'run.json').read_text())['legs'][0]['ray']
+    assert ray_leg['ray'] == 'joined' and ray_leg['address'] == cluster.address and ray_leg['nodes'] == 2
+    assert [s['node_id'] for s in ray_leg['replay_shards']] == [ray_leg['learner']['node_id']]
+
+
 def test_a_failed_start_leaves_no_run_directory(tmp_path):
     "Actors asking for more CPUs than the machine's Ray has: one line, exit 1, and --out is still free."
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
@@ -317,6 +337,7 @@ def test_losing_a_node_of_actors_only_the_run_finishes(cluster, tmp_path):
     proc = on_cluster(cluster, '--actors', 2, '--steps', 16_000, '--out', out, *FAST, wait=False)
     try:
         where = placed(out)
+        assert [a['restarts'] for a in where['actors']] == [0, 0]
         head, learner = cluster.head_node.node_id, where['learner']['node_id']
         doomed = next(a['node_id'] for a in where['actors'] if a['node_id'] not in (head, learner))
         node = next(n for n in cluster.list_all_nodes() if n.node_id == doomed)
@@ -327,9 +348,12 @@ def test_losing_a_node_of_actors_only_the_run_finishes(cluster, tmp_path):
     assert proc.returncode == 0, stderr
     manifest = json.loads((out / 'run.json').read_text())
     assert manifest['ended'] and manifest['env_steps'] >= 16_000
-    restarts = int(stdout.split(' actor restarts')[0].rsplit(' ', 1)[1])
-    assert restarts >= 1, stdout
-    assert doomed not in {a['node_id'] for a in manifest['legs'][0]['ray']['actors']}, (doomed, manifest['legs'][0]['ray'])   # where they run now
+    actors = manifest['legs'][0]['ray']['actors']
+    # as Ray counts them: one restart for each actor that was on the lost node, none for the others
+    assert [a['restarts'] for a in actors] == [int(a['node_id'] == doomed) for a in where['actors']], (doomed, where, actors)
+    assert f" {sum(a['restarts'] for a in actors)} actor restarts" in stdout and [a['actor_id'] for a in actors] == [
+        a['actor_id'] for a in where['actors']]   # restarted, not replaced
+    assert doomed not in {a['node_id'] for a in actors}, (doomed, manifest['legs'][0]['ray'])   # where they run now
 
 
 @pytest.mark.slow
