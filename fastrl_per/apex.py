@@ -537,7 +537,8 @@ class ApexRun:
                     target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(), replay=replay,
                     agent=self.agent.state_dict(), frames=self.episodes.frames, returns=list(self.episodes.returns),
                     updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version,
-                    torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state)
+                    torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
+                    fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")
 
     def load_state_dict(self, state:dict):
         "Restore `state_dict()` of a run with the same config, before `start`; a `ValueError` (and no change) if it does not fit."

@@ -160,6 +160,7 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     done = command('train', '--resume', out, '--steps', frames + 200, '--no-progress')
     assert done.returncode == 0, done.stderr
     assert "the actors' envs started afresh" in done.stdout and f'{frames + 200}' in done.stdout
+    assert 'continued their episodes exactly' not in done.stdout and 'the envs started fresh episodes' in done.stdout
     resumed = torch.load(out / 'checkpoint.pt', weights_only=True)
     assert resumed['frames'] >= frames + 200 and resumed['replay'][0]['n_added'] > state['replay'][0]['n_added'] and resumed['updates'] > state['updates']
     with open(out / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
