@@ -32,5 +32,7 @@ from .apex import *
 from importlib import import_module
 
 # nbdev lists only names defined in a notebook; re-exported ones are listed here
-__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'collect', 'atari', 'memory', 'frames', 'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'rundir', 'monitor', 'factories', 'train', 'recurrent', 'sequence', 'recurrent_learner', 'apex')
+__all__ = [name for module in ('checks', 'core', 'pipes', 'nstep', 'envs', 'collect', 'atari', 'memory', 'frames',
+                               'sumtree', 'priorities', 'per', 'conv', 'dqn', 'learner', 'rundir', 'monitor',
+                               'factories', 'train', 'recurrent', 'sequence', 'recurrent_learner', 'apex')
            for name in import_module(f'fastrl_per.{module}').__all__]
