@@ -74,8 +74,7 @@ class Learner:
                  gradient_steps:int=1, # updates each round
                  warmup:int|None=None, # env steps stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
-                 # step the envs in a background worker acting with a copy of the network: 'process' or 'thread';
-                 # none: in the training loop
+                 # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:str|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'

@@ -268,7 +268,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
           progress:bool=True, # show a progress bar
-          # Ape-X on Ray (ray extra; --ray-address or $RAY_ADDRESS joins a cluster): env-stepping actors; 0: one process
+          # this many Ape-X actors step envs on Ray (ray extra; --ray-address or $RAY_ADDRESS joins a cluster); 0: none
           actors:int=0,
           # the learner's arguments (`Learner`'s or `RecurrentLearner`'s) by their flags' names: `env`, `steps`, ...
           **options):
