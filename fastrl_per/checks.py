@@ -20,7 +20,8 @@ def check_int(name:str, value, low:int=1) -> int:
     return int(value)
 
 def check_number(name:str, value, low:float=0., low_ok:bool=True) -> float:
-    "`value` as a `float`; a `ValueError` naming `value` unless it is a finite number above `low` (or equal, if `low_ok`)."
+    ("`value` as a `float`; a `ValueError` naming `value` unless it is a finite number above `low` "
+     "(or equal, if `low_ok`).")
     ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (value == low and not low_ok):
         raise ValueError(f"{name} must be a finite number {'>=' if low_ok else '>'} {low}, got {value!r}")

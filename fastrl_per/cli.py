@@ -56,7 +56,8 @@ def function_flags(group, func):
 
 # %% ../nbs/08_cli.ipynb #ae6b8a10
 def learner_arguments() -> dict:
-    "Every argument of the learners' `__init__` (and Ape-X's own): its type, its comment and its default in each model that takes it."
+    ("Every argument of the learners' `__init__` (and Ape-X's own): its type, its comment and its default in each "
+     "model that takes it.")
     arguments, own = {}, set(inspect.signature(train).parameters)   # train's own flags (--actors) are not a learner's
     for model, cls in [*learner_classes().items(), ('--actors', ApexRun)]:
         hints, docs = typing.get_type_hints(cls.__init__), docments(cls.__init__)
@@ -70,14 +71,17 @@ def learner_arguments() -> dict:
 def learner_help(name:str, doc:str, defaults:dict) -> str:
     "`doc` with the default of each model that takes argument `name`, and its default for an `ALE/...` id."
     first, *others = defaults
-    parts = [f"default: {typed(name, defaults[first])}"] + [f"{m}: {typed(name, defaults[m])}" for m in others if defaults[m] != defaults[first]]
-    if name in ATARI_DEFAULTS and ATARI_DEFAULTS[name] != defaults[first]: parts.append(f"ALE ids: {typed(name, ATARI_DEFAULTS[name])}")
+    parts = [f"default: {typed(name, defaults[first])}"]
+    parts += [f"{m}: {typed(name, defaults[m])}" for m in others if defaults[m] != defaults[first]]
+    if name in ATARI_DEFAULTS and ATARI_DEFAULTS[name] != defaults[first]:
+        parts.append(f"ALE ids: {typed(name, ATARI_DEFAULTS[name])}")
     if len(defaults) < len(learner_classes()): parts.insert(0, f"{', '.join(defaults)} only")
     return f"{doc} ({'; '.join(parts)})"
 
 def learner_flags(group):
     "A flag for every argument of every learner."
-    for name, arg in learner_arguments().items(): add_flag(group, name, arg['hint'], learner_help(name, arg['doc'], arg['defaults']))
+    for name, arg in learner_arguments().items():
+        add_flag(group, name, arg['hint'], learner_help(name, arg['doc'], arg['defaults']))
 
 # %% ../nbs/08_cli.ipynb #c461ec53
 EXIT_CODES = """exit codes:
@@ -86,28 +90,34 @@ EXIT_CODES = """exit codes:
   2    a usage error
   130  stopped by Ctrl-C; 143 by SIGTERM (train saves the run first)"""
 
-ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings (Mnih et al. 2015, "
-              "Schaul et al. 2016; 'ALE ids' below) for every flag not given, with --buffer-size at most --steps "
-              "and --warmup at most a quarter of it.")
+ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings "
+              "(Mnih et al. 2015, Schaul et al. 2016; 'ALE ids' below) for every flag not given, with --buffer-size "
+              "at most --steps and --warmup at most a quarter of it.")
 
 def commands() -> dict:
     "The subcommands of `fastrl_per`: name → (function, what it does, example invocations)."
     return dict(train=(train, "train DQN with prioritized (or uniform) replay into a run directory",
-                       ['fastrl_per train --env CartPole-v1 --seed 0 --out runs/dqn', 'fastrl_per train --resume runs/dqn --steps 40000']),
-                evaluate=(evaluate, "run greedy episodes with a run's best network (--latest: its last; --video records them)",
-                          ['fastrl_per evaluate runs/dqn', 'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
+                       ['fastrl_per train --env CartPole-v1 --seed 0 --out runs/dqn',
+                        'fastrl_per train --resume runs/dqn --steps 40000']),
+                evaluate=(evaluate,
+                          "run greedy episodes with a run's best network (--latest: its last; --video records them)",
+                          ['fastrl_per evaluate runs/dqn',
+                           'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
 
 def make_parser() -> argparse.ArgumentParser:
     "The parser of `fastrl_per` and its subcommands."
     raw = dict(formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
-    listing = '\n'.join(f"  {name:<10}{what}\n  {'':<10}e.g. {examples[0]}" for name, (_, what, examples) in commands().items())
-    parser = argparse.ArgumentParser(prog='fastrl_per', description="Prioritized experience replay for PyTorch: train DQN on a gymnasium env, then evaluate it.",
-                                     epilog=EXIT_CODES, **raw)
+    listing = '\n'.join(f"  {name:<10}{what}\n  {'':<10}e.g. {examples[0]}"
+                        for name, (_, what, examples) in commands().items())
+    description = "Prioritized experience replay for PyTorch: train DQN on a gymnasium env, then evaluate it."
+    parser = argparse.ArgumentParser(prog='fastrl_per', description=description, epilog=EXIT_CODES, **raw)
     parser.add_argument('--version', action='version', version=f'fastrl_per {__version__}')
-    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', title='commands', description=listing, required=True,
-                                       help="`fastrl_per COMMAND --help` lists a command's flags")
+    subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', title='commands', description=listing,
+                                       required=True, help="`fastrl_per COMMAND --help` lists a command's flags")
     for name, (func, what, examples) in commands().items():
-        sub = subparsers.add_parser(name, description=what + ('; it runs --steps env steps, or fewer with --solved' if func is train else ''), epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
+        steps = '; it runs --steps env steps, or fewer with --solved' if func is train else ''
+        sub = subparsers.add_parser(name, description=what + steps,
+                                    epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
         if func is train:
             function_flags(sub.add_argument_group('the run'), train)
             learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)',

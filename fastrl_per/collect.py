@@ -68,7 +68,8 @@ class PolicyCopy:
             return dict(version=version, model=deepcopy(weights), agent=deepcopy(self.agent.state_dict()))
 
     def check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this policy; changes nothing."
+        ("Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this policy; "
+         "changes nothing.")
         missing = {'version', 'model', 'agent'} - set(state)
         if missing: raise ValueError(f"policy state is missing {sorted(missing)}")
         check_int('version', state['version'], low=0)
@@ -83,7 +84,8 @@ class PolicyCopy:
             self.agent.load_state_dict(state['agent'])
             self.version, self.pending = state['version'], None
 
-    def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}   # pipe-graph traversal pickles stages
+    def __getstate__(self):   # pipe-graph traversal pickles stages
+        return {k: v for k, v in self.__dict__.items() if k != 'lock'}
     def __setstate__(self, state): self.__dict__.update(state); self.lock = threading.Lock()
 
 # %% ../nbs/12_collect.ipynb #02fd4f2b
@@ -97,13 +99,16 @@ class StepWorker:
                  chunk:int, # batches stepped per call
                  setup=None, # called once where the worker runs, before its envs are made
                  own_process:bool=False): # it runs in a process of its own, which leaves Ctrl-C to the learner's
-        self.env_id, self.policy, self.seed, self.nenvs, self.chunk, self.setup = env_id, policy, seed, nenvs, chunk, setup
-        self.own_process, self.batches = own_process, None   # the envs are made on the first call, in the worker: they live where they are stepped
+        self.env_id, self.policy, self.seed, self.nenvs = env_id, policy, seed, nenvs
+        self.chunk, self.setup, self.own_process = chunk, setup, own_process
+        self.batches = None   # the envs are made on the first call, in the worker: they live where they are stepped
 
     def __call__(self, weights:tuple|None) -> tuple[list, dict]:
-        "Take `(weights, version)` if given, then step `chunk` batches, each tagged with the version that acted; they come with the exploration's state after them."
+        ("Take `(weights, version)` if given, then step `chunk` batches, each tagged with the version that acted; "
+         "they come with the exploration's state after them.")
         if self.batches is None:
-            if self.own_process: signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole process group: the learner's process stops the run
+            # Ctrl-C reaches the whole process group: the learner's process stops the run
+            if self.own_process: signal.signal(signal.SIGINT, signal.SIG_IGN)
             if self.setup is not None: self.setup()
             self.batches = iter(GymStepper([self.env_id], agent=self.policy, seed=self.seed, nenvs=self.nenvs))
         if weights is not None: self.policy.publish(*weights)
@@ -116,14 +121,16 @@ class StepWorker:
 
 @contextmanager
 def watching(process):
-    "Raise a `RuntimeError` out of the block if `process` fails while it runs (on SIGCHLD; it ends cleanly only when told to stop); a no-op for no process or off the main thread."
+    ("Raise a `RuntimeError` out of the block if `process` fails while it runs (on SIGCHLD; it ends cleanly only "
+     "when told to stop); a no-op for no process or off the main thread.")
     if process is None or threading.current_thread() is not threading.main_thread():
         yield
         return
     def ended(*_):
         if not process.is_alive() and process.exitcode != 0:
-            raise RuntimeError(f"the collector's worker process ended with exit code {process.exitcode} (if it raised, its traceback is above). "
-                               "A script that starts one needs an `if __name__ == '__main__':` guard: the worker re-imports the main module")
+            raise RuntimeError(f"the collector's worker process ended with exit code {process.exitcode} "
+                               "(if it raised, its traceback is above). A script that starts one needs an "
+                               "`if __name__ == '__main__':` guard: the worker re-imports the main module")
     previous = signal.signal(signal.SIGCHLD, ended)
     try:
         ended()   # it may have ended before the handler was in place
@@ -134,15 +141,16 @@ def join_worker(process, timeout:float):
     "Wait up to `timeout` seconds for a worker `process` told to stop; past that, terminate it and warn."
     process.join(timeout)
     if not process.is_alive(): return
-    warnings.warn(f"the collector's worker process {process.name} (pid {process.pid}) did not exit within {timeout:g} s "
-                  "of close(); terminated it", RuntimeWarning)
+    warnings.warn(f"the collector's worker process {process.name} (pid {process.pid}) did not exit "
+                  f"within {timeout:g} s of close(); terminated it", RuntimeWarning)
     process.terminate()
     process.join(5)
     if process.is_alive(): process.kill()
     process.join()
 
 class AsyncCollector(StepPipe):
-    "Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches, each with the `version` of the weights that acted."
+    ("Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches, "
+     "each with the `version` of the weights that acted.")
     def __init__(self,
                  env_id:str, # a gymnasium env with a discrete action space
                  model:nn.Module, # the learner's Q-network; the worker acts with a copy
@@ -153,24 +161,32 @@ class AsyncCollector(StepPipe):
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
                  chunk:int=16, # batches the worker steps per call; it runs at most two calls ahead of the consumer
                  method:str='process', # 'process' (its own interpreter, no shared GIL) or 'thread' (this process)
-                 setup=None, # called once in the worker before its envs are made (a process worker starts afresh: register custom envs here)
+                 # called once in the worker before its envs are made (a process worker starts afresh: register envs)
+                 setup=None,
                  n:int|None=None): # batches each iterator yields; None is endless
         check_int('seed', seed, low=0); check_int('nenvs', nenvs); check_int('chunk', chunk)
         if n is not None: check_int('n', n, low=0)
-        if method not in ('process', 'thread'): raise ValueError(f"method must be 'process' or 'thread', got {method!r}")
+        if method not in ('process', 'thread'):
+            raise ValueError(f"method must be 'process' or 'thread', got {method!r}")
         _, n_actions = discrete_env_dims(env_id)
-        self.env_id, self.seed, self.nenvs, self.chunk, self.method, self.setup, self.n = env_id, seed, nenvs, chunk, method, setup, n
-        self.policy = PolicyCopy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)   # the record: newest weights, exploration state
+        self.env_id, self.seed, self.nenvs, self.chunk = env_id, seed, nenvs, chunk
+        self.method, self.setup, self.n = method, setup, n
+        # the record: newest weights, exploration state
+        self.policy = PolicyCopy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         self.steps, self.version = 0, 0     # env steps handed out; the version that chose the last batch handed out
-        self.ready, self.outbox, self.stream = deque(), None, None   # stepped, not yet handed out; weights not yet sent; the running worker
+        # stepped, not yet handed out; weights not yet sent; the running worker
+        self.ready, self.outbox, self.stream = deque(), None, None
 
     def start(self):
         "Start the worker: its envs are seeded from `seed + steps`, its policy is the record's."
         stop = threading.Event()
-        with self.policy.lock: policy, self.outbox = deepcopy(self.policy), None   # the pending weights travel with the copy
-        worker = StepWorker(self.env_id, policy, self.seed + self.steps, self.nenvs, self.chunk, self.setup, own_process=self.method == 'process')
-        mapper = ParallelMapper(IterableWrapper(self.requests(stop)), worker, num_workers=1, in_order=False, method=self.method,
-                                multiprocessing_context='spawn' if self.method == 'process' else None, snapshot_frequency=0)
+        with self.policy.lock:   # the pending weights travel with the copy
+            policy, self.outbox = deepcopy(self.policy), None
+        worker = StepWorker(self.env_id, policy, self.seed + self.steps, self.nenvs, self.chunk, self.setup,
+                            own_process=self.method == 'process')
+        mapper = ParallelMapper(IterableWrapper(self.requests(stop)), worker, num_workers=1, in_order=False,
+                                method=self.method, snapshot_frequency=0,
+                                multiprocessing_context='spawn' if self.method == 'process' else None)
         before = set(multiprocessing.active_children())
         stream = iter(Loader(mapper))
         process, = set(multiprocessing.active_children()) - before or [None]
@@ -183,7 +199,8 @@ class AsyncCollector(StepPipe):
             yield weights
 
     def receive(self):
-        "Wait for the worker's next chunk and keep it; if the worker fails (a `RuntimeError` if its process ends first), the next iterator starts a new one."
+        ("Wait for the worker's next chunk and keep it; if the worker fails (a `RuntimeError` if its process "
+         "ends first), the next iterator starts a new one.")
         stream, stop, process = self.stream
         try:
             with watching(process): self.keep(*next(stream))
@@ -214,7 +231,8 @@ class AsyncCollector(StepPipe):
         (stream, stop, process), self.stream = self.stream, None
         stop.set()
         with watching(process):
-            for chunk, agent_state in stream: self.keep(chunk, agent_state)   # the calls in flight finish, then the worker ends
+            # the calls in flight finish, then the worker ends
+            for chunk, agent_state in stream: self.keep(chunk, agent_state)
         if process is not None: join_worker(process, timeout)
 
     def publish(self, weights:dict, version:int):
@@ -233,19 +251,23 @@ class AsyncCollector(StepPipe):
         with self.policy.lock: return self.policy.latest()[1]
 
     def state_dict(self) -> dict:
-        return dict(env_id=self.env_id, seed=self.seed, nenvs=self.nenvs, steps=self.steps, policy=self.policy.state_dict())
+        return dict(env_id=self.env_id, seed=self.seed, nenvs=self.nenvs, steps=self.steps,
+                    policy=self.policy.state_dict())
 
     def check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this collector; changes nothing."
+        ("Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this collector; "
+         "changes nothing.")
         missing = {'env_id', 'seed', 'nenvs', 'steps', 'policy'} - set(state)
         if missing: raise ValueError(f"collector state is missing {sorted(missing)}")
         if (state['env_id'], state['nenvs']) != (self.env_id, self.nenvs):
-            raise ValueError(f"collector state of {state['env_id']!r} x{state['nenvs']}, this collector steps {self.env_id!r} x{self.nenvs}")
+            raise ValueError(f"collector state of {state['env_id']!r} x{state['nenvs']}, "
+                             f"this collector steps {self.env_id!r} x{self.nenvs}")
         check_int('seed', state['seed'], low=0); check_int('steps', state['steps'], low=0)
         self.policy.check_state(state['policy'])
 
     def load_state_dict(self, state:dict):
-        "Restore `state_dict()`, ending a running worker; the envs continue with fresh episodes. A `ValueError` (and no change) if it does not fit."
+        ("Restore `state_dict()`, ending a running worker; the envs continue with fresh episodes. "
+         "A `ValueError` (and no change) if it does not fit.")
         self.check_state(state)
         self.close()
         self.policy.load_state_dict(state['policy'])   # in place: a learner's metrics read its exploration
@@ -256,12 +278,15 @@ class AsyncCollector(StepPipe):
 
 # %% ../nbs/12_collect.ipynb #a17c2755
 class Publish(IterDataPipe):
-    "Pass items through; after every `every` of them publish `model`'s weights to `collector` with the version after its `published` one."
+    ("Pass items through; after every `every` of them publish `model`'s weights to `collector` with the version "
+     "after its `published` one.")
     def __init__(self, source_datapipe, collector, model:nn.Module, every:int=100):
-        self.source_datapipe, self.collector, self.model, self.every = source_datapipe, collector, model, check_int('every', every)
+        self.source_datapipe, self.collector, self.model = source_datapipe, collector, model
+        self.every = check_int('every', every)
         self.seen = 0
     def __iter__(self):
         for item in self.source_datapipe:
             self.seen += 1
-            if self.seen % self.every == 0: self.collector.publish(self.model.state_dict(), self.collector.published + 1)
+            if self.seen % self.every == 0:
+                self.collector.publish(self.model.state_dict(), self.collector.published + 1)
             yield item

@@ -51,7 +51,6 @@ def unflatten_fields(flat:dict) -> dict:
         else: fields[n] = v
     return fields
 
-
 # %% ../nbs/00_core.ipynb #52d1cf23
 class SimpleStep:
     "One transition, or a batch of them when its fields have a leading batch dimension; extra keywords: extra fields."
@@ -101,7 +100,8 @@ class SimpleStep:
         steps = list(steps)
         if not steps: raise ValueError("from_steps needs at least one step, got an empty list")
         for s in steps:
-            if not isinstance(s, SimpleStep): raise TypeError(f"from_steps takes SimpleSteps, got {type(s).__name__}: {s!r}")
+            if not isinstance(s, SimpleStep):
+                raise TypeError(f"from_steps takes SimpleSteps, got {type(s).__name__}: {s!r}")
         fields = {s.fields for s in steps}
         if len(fields) > 1: raise ValueError(f"steps disagree on their fields: {sorted(fields)}")
         parts = [flatten_fields(s.as_dict()) for s in steps]
@@ -149,7 +149,8 @@ class SimpleStep:
         return self._map(lambda t: t.to(device))
 
     def __reduce_ex__(self, protocol):
-        "Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's per-tensor unpickling."
+        ("Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's "
+         "per-tensor unpickling.")
         attrs = vars(self)
         values = [t for v in attrs.values() for t in (v.values() if isinstance(v, dict) else [v])]
         tensors = [t for t in values if isinstance(t, torch.Tensor)]
@@ -161,7 +162,8 @@ class SimpleStep:
 
     @classmethod
     def from_arrays(cls, attrs:dict):
-        "A step from pickled attributes: numpy arrays become tensors (copied when read-only, as Ray hands them out), the rest as it was."
+        ("A step from pickled attributes: numpy arrays become tensors (copied when read-only, as Ray hands them out), "
+         "the rest as it was.")
         step = cls.__new__(cls)
         as_tensor = lambda v: torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v
         for k, v in attrs.items(): setattr(step, k, tree_map(as_tensor, v) if isinstance(v, (dict, np.ndarray)) else v)
@@ -178,4 +180,3 @@ class SimpleStep:
         flat = flatten_fields(self.as_dict())
         fields = ', '.join(f"{n}={v.tolist()}" for n, v in flat.items() if v.numel() <= 8)
         return f"SimpleStep({shape}: {fields})"
-

@@ -38,7 +38,8 @@ class DuelingHead(nn.Module):
         return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
 
 class QNetwork(nn.Sequential):
-    "An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head, `layer_norm` normalises each hidden layer."
+    ("An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head, "
+     "`layer_norm` normalises each hidden layer.")
     def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False, layer_norm:bool=False):
         check_int('obs_dim', obs_dim); check_int('n_actions', n_actions); check_int('hidden', hidden)
         def block(n_in): return [nn.Linear(n_in, hidden), *([nn.LayerNorm(hidden)] if layer_norm else []), nn.ReLU()]
@@ -56,7 +57,8 @@ class EpsilonGreedy:
                  decay_steps:int=2000, # env steps over which epsilon falls linearly
                  seed:int|None=None): # seeds the exploration
         for name, rate in (('start', start), ('end', end)):
-            if check_number(name, rate) > 1: raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
+            if check_number(name, rate) > 1:
+                raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
         check_int('decay_steps', decay_steps)
         self.model, self.n_actions, self.start, self.end, self.decay_steps = model, n_actions, start, end, decay_steps
         self.steps, self.rng = 0, np.random.default_rng(seed)
@@ -119,7 +121,8 @@ class TrainStep:
 def as_batch(item) -> SimpleStep:
     "The sampled batch of a buffer item (`batch` or `(batch, idxs)`)."
     batch = item[0] if isinstance(item, tuple) else item
-    if not isinstance(batch, SimpleStep): raise TypeError(f"expected a sampled SimpleStep batch, got {type(batch).__name__}")
+    if not isinstance(batch, SimpleStep):
+        raise TypeError(f"expected a sampled SimpleStep batch, got {type(batch).__name__}")
     return batch
 
 class OnlineQ(IterDataPipe):
@@ -140,11 +143,13 @@ def pick_device(device:str='auto') -> torch.device:
     "`device` as a `torch.device`; 'auto' is CUDA where available, else the CPU."
     if device == 'auto': return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
     try: return torch.device(device)
-    except (RuntimeError, TypeError) as e: raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
 
 class ToDevice(IterDataPipe):
     "Move each sampled batch (with its `idxs` and `weights`) to `device` in one call; the buffer stays in host memory."
-    def __init__(self, source_datapipe, device:torch.device): self.source_datapipe, self.device = source_datapipe, device
+    def __init__(self, source_datapipe, device:torch.device):
+        self.source_datapipe, self.device = source_datapipe, device
     def __iter__(self):
         for item in self.source_datapipe: yield as_batch(item).to(self.device)
 
@@ -164,7 +169,8 @@ class TDTargets(IterDataPipe):
             yield ts
 
 def td_target(batch:SimpleStep, target_model, gamma, next_q=None) -> torch.Tensor:
-    "r + γ^n·Q_target(s', a*) for non-terminal steps (n: the step's `n_steps`), r for terminal ones; a* = argmax `next_q` (double DQN) if given."
+    ("r + γ^n·Q_target(s', a*) for non-terminal steps (n: the step's `n_steps`), r for terminal ones; "
+     "a* = argmax `next_q` (double DQN) if given.")
     with torch.no_grad():
         target_q = target_model(batch.next_state)
         if next_q is None: best = target_q.max(-1).values
@@ -191,7 +197,7 @@ class OptimizerStep(IterDataPipe):
 
     def __iter__(self):
         for ts in self.source_datapipe:
-            for p in self.params: p.grad = None   # what `zero_grad(set_to_none=True)` does, without its per-call overhead
+            for p in self.params: p.grad = None   # `zero_grad(set_to_none=True)` without its per-call overhead
             ts.loss.backward()
             if self.max_grad_norm is not None: nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
             self.optimizer.step()
@@ -206,11 +212,14 @@ def adam(model:nn.Module, lr:float) -> torch.optim.Adam:
 # %% ../nbs/05c_dqn.ipynb #518a0f1d
 class TargetUpdate(IterDataPipe):
     "Update `target_model` from `model`: a hard copy every `every` steps, or soft with `tau` each step."
-    def __init__(self, source_datapipe, model:nn.Module, target_model:nn.Module, every:int|None=None, tau:float|None=None):
-        if (every is None) == (tau is None): raise ValueError(f"give exactly one of every (hard) or tau (soft), got every={every!r}, tau={tau!r}")
+    def __init__(self, source_datapipe, model:nn.Module, target_model:nn.Module, every:int|None=None,
+                 tau:float|None=None):
+        if (every is None) == (tau is None):
+            raise ValueError(f"give exactly one of every (hard) or tau (soft), got every={every!r}, tau={tau!r}")
         if every is not None: check_int('every', every)
         if tau is not None and not 0 < tau <= 1: raise ValueError(f"tau must be in (0, 1], got {tau!r}")
-        self.source_datapipe, self.model, self.target_model, self.every, self.tau = source_datapipe, model, target_model, every, tau
+        self.source_datapipe, self.model, self.target_model = source_datapipe, model, target_model
+        self.every, self.tau = every, tau
         self.target_model.requires_grad_(False)
         self.steps = 0
 
@@ -225,7 +234,8 @@ class TargetUpdate(IterDataPipe):
 class SoftUpdate:
     "target ← (1 - tau)·target + tau·source, all parameters in one call; the parameter lists are gathered once."
     def __init__(self, target:nn.Module, source:nn.Module, tau:float):
-        self.ema, self.target, self.source = get_ema_multi_avg_fn(1 - tau), list(target.parameters()), list(source.parameters())
+        self.ema = get_ema_multi_avg_fn(1 - tau)
+        self.target, self.source = list(target.parameters()), list(source.parameters())
     def __call__(self): self.ema(self.target, self.source, None)
 
 def soft_update(target:nn.Module, source:nn.Module, tau:float):
@@ -267,7 +277,8 @@ class AnnealBeta(IterDataPipe):
                  final:float=1.0, # beta at the end
                  buffer=None): # anything with `anneal_beta`; None finds the PrioritizedExperienceReplay upstream
         check_int('total_steps', total_steps)
-        self.source_datapipe, self.total_steps, self.final, self.buffer, self.steps = source_datapipe, total_steps, final, buffer, 0
+        self.source_datapipe, self.total_steps, self.final, self.buffer = source_datapipe, total_steps, final, buffer
+        self.steps = 0
     def __iter__(self):
         buffer = buffer_or_upstream(self.source_datapipe, self.buffer, PrioritizedExperienceReplay)
         for ts in self.source_datapipe:
@@ -278,7 +289,8 @@ class AnnealBeta(IterDataPipe):
 # %% ../nbs/05c_dqn.ipynb #8387ce4d
 class TrainMetrics(IterDataPipe):
     "Yield a dict of loss, epsilon and beta per update."
-    def __init__(self, source_datapipe, agent:EpsilonGreedy, buffer=None): # buffer: None finds the ExperienceReplay upstream
+    def __init__(self, source_datapipe, agent:EpsilonGreedy,
+                 buffer=None): # None finds the ExperienceReplay upstream
         self.source_datapipe, self.agent, self.buffer = source_datapipe, agent, buffer
     def __iter__(self):
         buffer = buffer_or_upstream(self.source_datapipe, self.buffer, ExperienceReplay)
@@ -288,18 +300,21 @@ class TrainMetrics(IterDataPipe):
 
 # %% ../nbs/05c_dqn.ipynb #42a38c6c
 def discrete_env_dims(env_id:str,
-                      images:bool=False) -> tuple[int|tuple[int, ...], int]: # images: also uint8 frame stacks and bool grids
-    "Observation size (with `images`, the shape of a stack of uint8 frames) and number of actions of `env_id`; a `ValueError` unless DQN can run on it."
+                      images:bool=False, # also uint8 frame stacks and bool grids
+                      ) -> tuple[int|tuple[int, ...], int]:
+    ("Observation size (with `images`, the shape of a stack of uint8 frames) and number of actions of `env_id`; "
+     "a `ValueError` unless DQN can run on it.")
     check_env_id(env_id)
     env = make_env(env_id)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
-    image = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype in (np.uint8, np.bool_) and len(obs_space.shape) == 3
+    image = (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype in (np.uint8, np.bool_)
+             and len(obs_space.shape) == 3)
     if images and image:
         return tuple(obs_space.shape), int(act_space.n)
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; {env_id!r} has {obs_space}")
+        raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; "
+                         f"{env_id!r} has {obs_space}")
     return obs_space.shape[0], int(act_space.n)
-

@@ -8,7 +8,6 @@ import difflib, importlib, json
 from collections import deque
 from enum import Enum
 from itertools import cycle
-from fastcore.basics import patch
 import numpy as np
 import torch
 import gymnasium as gym
@@ -34,11 +33,13 @@ def check_env_id(env_id) -> EnvSpec:
     module, _, name = env_id.rpartition(':')
     if module:   # gymnasium's form for an env of one's own: import the module (it registers the id), as `gym.make` does
         try: importlib.import_module(module)
-        except ImportError as e: raise ValueError(f"cannot import module {module!r} of env id {env_id!r}: {e}") from None
+        except ImportError as e:
+            raise ValueError(f"cannot import module {module!r} of env id {env_id!r}: {e}") from None
     if is_atari(name): register_atari()   # without the atari extra: a line naming it
     if is_minatar(name): register_minatar()
     if name in gym.registry: return gym.registry[name]
-    near = [i for i in gym.registry if i.lower() == name.lower()] or difflib.get_close_matches(name, list(gym.registry), n=3)
+    near = ([i for i in gym.registry if i.lower() == name.lower()]
+            or difflib.get_close_matches(name, list(gym.registry), n=3))
     hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else
             "registered ids include 'CartPole-v1', 'Acrobot-v1', 'MountainCar-v0'")
     raise ValueError(f"unknown gymnasium env id {name!r}; {hint} (an env of your own: 'module.path:EnvId', "
@@ -55,7 +56,8 @@ class EnvRun:
         self.action_space = batch_space(self.envs[0].action_space, nenvs)  # a vector env's action space
         self.action_space.seed(seed)
         # copy i is reset with seed + i, as a gymnasium vector env resets its sub-envs
-        self.obs = self.batch([env.reset(seed=None if seed is None else seed + i)[0] for i, env in enumerate(self.envs)])
+        self.obs = self.batch([env.reset(seed=None if seed is None else seed + i)[0]
+                               for i, env in enumerate(self.envs)])
         self.env_ids = np.arange(first_env_id, first_env_id + nenvs)
         self.total_reward = np.zeros(nenvs, np.float32)
         self.step_n = np.zeros(nenvs, np.int64)
@@ -91,10 +93,61 @@ class EnvRun:
                           total_reward=self.total_reward[keep], env_id=self.env_ids[keep],
                           step_n=self.step_n[keep], episode_n=self.episode_n[keep])
 
+    def state_dict(self) -> dict:
+        ("The run as plain data: observations, counters, the action RNG and each copy's `env_state` "
+         "(`envs=None` and `unsaved` saying why if one cannot be saved).")
+        try: envs, unsaved = [env_state(env) for env in self.envs], None
+        except EnvStateError as e: envs, unsaved = None, f"{self.env_id}: {e}"
+        return dict(env_id=self.env_id, obs=torch.from_numpy(self.obs.copy()),
+                    total_reward=torch.from_numpy(self.total_reward.copy()),
+                    step_n=torch.from_numpy(self.step_n.copy()), episode_n=torch.from_numpy(self.episode_n.copy()),
+                    resetting=torch.from_numpy(self.resetting.copy()),
+                    action_rng=json.dumps(self.action_space.np_random.bit_generator.state),
+                    envs=envs, unsaved=unsaved)
+
+    def check_state(self, state:dict) -> dict:
+        ("The arrays, action RNG and decoded env states of `state` for this run; "
+         "a `ValueError` naming what does not fit.")
+        keys = {'env_id', 'obs', 'total_reward', 'step_n', 'episode_n', 'resetting', 'action_rng', 'envs', 'unsaved'}
+        if not isinstance(state, dict) or set(state) != keys:
+            raise ValueError(f"an env run's state is a dict with keys {sorted(keys)}")
+        if state['env_id'] != self.env_id:
+            raise ValueError(f"the saved run steps {state['env_id']!r}, this one {self.env_id!r}")
+        if state['envs'] is None: raise ValueError(f"the saved run holds no env state: {state['unsaved']}")
+        n, out = len(self.envs), {}
+        for name, current in (('obs', self.obs), ('total_reward', self.total_reward), ('step_n', self.step_n),
+                              ('episode_n', self.episode_n), ('resetting', self.resetting)):
+            value = state[name]
+            if (not isinstance(value, torch.Tensor) or tuple(value.shape) != current.shape
+                    or value.numpy().dtype != current.dtype):
+                raise ValueError(f"saved {name} must be a {current.dtype} tensor of shape {current.shape}, "
+                                 f"got {value!r:.80}")
+            out[name] = value.numpy().copy()
+        try: out['action_rng'] = rng_of_state(state['action_rng']).bit_generator.state
+        except ValueError as e: raise ValueError(f"saved action_rng: {e}") from None
+        if not isinstance(state['envs'], list) or len(state['envs']) != n:
+            raise ValueError(f"saved envs must be a list of {n} env states")
+        out['envs'] = [check_env_state(env, s, f"{self.env_id} copy {i}")
+                       for i, (env, s) in enumerate(zip(self.envs, state['envs']))]
+        return out
+
+    def assign(self, checked:dict):
+        "Take over a state `check_state` returned."
+        for env, decoded in zip(self.envs, checked['envs']): set_env_state(env, decoded)
+        self.action_space.np_random.bit_generator.state = checked['action_rng']
+        for name in ('obs', 'total_reward', 'step_n', 'episode_n', 'resetting'):
+            setattr(self, name, checked[name].copy())
+
+    def load_state_dict(self, state:dict):
+        ("Continue from `state_dict()`: the episodes in progress go on exactly. "
+         "Checked first: a `ValueError` changes nothing.")
+        self.assign(self.check_state(state))
+
 # %% ../nbs/02_envs.ipynb #2e6d0ae4
 class EnvRuns:
     "The env runs of a stepper, created on first use and kept for every later iterator."
-    def __init__(self, env_ids, nenvs:int, seed:int|None): self.env_ids, self.nenvs, self.seed, self.runs = env_ids, nenvs, seed, None
+    def __init__(self, env_ids, nenvs:int, seed:int|None):
+        self.env_ids, self.nenvs, self.seed, self.runs = env_ids, nenvs, seed, None
 
     def get(self) -> list[EnvRun]:
         if self.runs is None:
@@ -102,7 +155,8 @@ class EnvRuns:
             if not env_ids: raise ValueError("GymStepper needs at least one env id, got none")
             for env_id in env_ids: check_env_id(env_id)
             seeds = [None if self.seed is None else self.seed + i * self.nenvs for i in range(len(env_ids))]
-            self.runs = [EnvRun(env_id, self.nenvs, s, i * self.nenvs) for i, (env_id, s) in enumerate(zip(env_ids, seeds))]
+            self.runs = [EnvRun(env_id, self.nenvs, s, i * self.nenvs)
+                         for i, (env_id, s) in enumerate(zip(env_ids, seeds))]
         return self.runs
 
     def reseed(self, seed:int|None):
@@ -134,6 +188,26 @@ class GymStepper(StepPipe):
             if len(batch):
                 yielded += 1
                 yield batch
+
+    def state_dict(self) -> dict:
+        "Every env run's `state_dict` and the stepper's seed; `unsaved` says why, if a run's envs cannot be saved."
+        runs = [run.state_dict() for run in self.envs.get()]
+        return dict(seed=self.envs.seed, runs=runs, unsaved=next((r['unsaved'] for r in runs if r['unsaved']), None))
+
+    def check_state(self, state:dict) -> list[dict]:
+        "What each run's `check_state` returns for `state`; a `ValueError` naming what does not fit."
+        if not isinstance(state, dict) or set(state) != {'seed', 'runs', 'unsaved'}:
+            raise ValueError("a stepper's state is a dict with keys ['runs', 'seed', 'unsaved']")
+        if state['seed'] is not None: check_int('saved seed', state['seed'], low=0)
+        runs = self.envs.get()
+        if not isinstance(state['runs'], list) or len(state['runs']) != len(runs):
+            raise ValueError(f"a stepper's state holds {len(runs)} runs")
+        return [run.check_state(s) for run, s in zip(runs, state['runs'])]
+
+    def load_state_dict(self, state:dict):
+        "Continue every run from `state_dict()`; checked first, so a `ValueError` changes nothing."
+        for run, checked in zip(self.envs.get(), self.check_state(state)): run.assign(checked)
+        self.envs.seed = state['seed']
 
 # %% ../nbs/02_envs.ipynb #e1ee7fb8
 class StepBudget:
@@ -179,7 +253,8 @@ def state_attributes(layer) -> list[str]:
     return sorted(k for k, v in vars(layer).items() if k != 'env' and not is_fixed(v))
 
 def encode_value(value, where:str):
-    "`value` as plain data that `torch.load(weights_only=True)` reads back; an `EnvStateError` naming `where` if it has no such form."
+    ("`value` as plain data that `torch.load(weights_only=True)` reads back; an `EnvStateError` naming `where` "
+     "if it has no such form.")
     if value is None or isinstance(value, (bool, int, float, str, bytes)): return value
     if isinstance(value, np.random.Generator): return ('rng', json.dumps(value.bit_generator.state))
     if isinstance(value, (np.ndarray, np.generic)) and value.dtype != object:
@@ -187,11 +262,15 @@ def encode_value(value, where:str):
         except TypeError: pass   # a dtype torch has no tensor for
     if isinstance(value, list): return [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)]
     if isinstance(value, tuple): return ('tuple', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)])
-    if isinstance(value, deque): return ('deque', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)], value.maxlen)
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value): return {k: encode_value(v, f'{where}[{k!r}]') for k, v in value.items()}
+    if isinstance(value, deque):
+        return ('deque', [encode_value(v, f'{where}[{i}]') for i, v in enumerate(value)], value.maxlen)
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: encode_value(v, f'{where}[{k!r}]') for k, v in value.items()}
     if type(value).__name__ == 'ALEInterface':
-        if (p := value.getFloat('repeat_action_probability')) > 0:   # ale-py's saved state leaves out the action a sticky step repeats
-            raise EnvStateError(f"{where} repeats the last action with probability {p:g} (sticky actions), and ale-py's saved state leaves that action out")
+        # ale-py's saved state leaves out the action a sticky step repeats
+        if (p := value.getFloat('repeat_action_probability')) > 0:
+            raise EnvStateError(f"{where} repeats the last action with probability {p:g} (sticky actions), "
+                                "and ale-py's saved state leaves that action out")
         return ('ale', value.cloneState(include_rng=True).serialize())
     raise EnvStateError(f"{where} is a {type(value).__name__}, which cannot be saved as plain data")
 
@@ -216,20 +295,26 @@ def decode_value(value, where:str):
     raise ValueError(f"{where} holds {type(value).__name__} {value!r:.80}, not a saved env value")
 
 def env_state(env) -> list:
-    "Each layer of `env`, outermost first, as `(class name, {attribute: plain data})`; an `EnvStateError` if one holds state that is not plain data."
-    return [(type(layer).__name__, {k: encode_value(vars(layer)[k], f'{type(layer).__name__}.{k}') for k in state_attributes(layer)})
+    ("Each layer of `env`, outermost first, as `(class name, {attribute: plain data})`; "
+     "an `EnvStateError` if one holds state that is not plain data.")
+    return [(type(layer).__name__,
+             {k: encode_value(vars(layer)[k], f'{type(layer).__name__}.{k}') for k in state_attributes(layer)})
             for layer in env_layers(env)]
 
 def check_env_state(env, state, where:str='env') -> list[dict]:
-    "The decoded attributes of each layer of `env` from `state` (an `env_state`); a `ValueError` naming what does not fit, and nothing changed."
+    ("The decoded attributes of each layer of `env` from `state` (an `env_state`); "
+     "a `ValueError` naming what does not fit, and nothing changed.")
     layers = env_layers(env)
     names = [type(layer).__name__ for layer in layers]
-    if not isinstance(state, (list, tuple)) or [s[0] if isinstance(s, tuple) and len(s) == 2 else s for s in state] != names:
+    saved_names = ([s[0] if isinstance(s, tuple) and len(s) == 2 else s for s in state]
+                   if isinstance(state, (list, tuple)) else None)
+    if saved_names != names:
         raise ValueError(f"{where}: the saved state is not of the layers {names}")
     decoded = []
     for layer, (name, attrs) in zip(layers, state):
         if not isinstance(attrs, dict) or sorted(attrs) != state_attributes(layer):
-            raise ValueError(f"{where}: {name} saved attributes {sorted(attrs) if isinstance(attrs, dict) else attrs!r}, this env has {state_attributes(layer)}")
+            has = sorted(attrs) if isinstance(attrs, dict) else attrs
+            raise ValueError(f"{where}: {name} saved attributes {has!r}, this env has {state_attributes(layer)}")
         decoded.append({k: decode_value(v, f'{where} {name}.{k}') for k, v in attrs.items()})
     return decoded
 
@@ -239,71 +324,6 @@ def set_env_state(env, decoded:list[dict]):
         for k, v in attrs.items():
             if type(vars(layer)[k]).__name__ == 'ALEInterface': vars(layer)[k].restoreState(v)
             else: vars(layer)[k] = v
-
-# %% ../nbs/02_envs.ipynb #93f3b44c
-@patch
-def state_dict(self:EnvRun) -> dict:
-    "The run as plain data: observations, counters, the action RNG and each copy's `env_state` (`envs=None` and `unsaved` saying why if one cannot be saved)."
-    try: envs, unsaved = [env_state(env) for env in self.envs], None
-    except EnvStateError as e: envs, unsaved = None, f"{self.env_id}: {e}"
-    return dict(env_id=self.env_id, obs=torch.from_numpy(self.obs.copy()), total_reward=torch.from_numpy(self.total_reward.copy()),
-                step_n=torch.from_numpy(self.step_n.copy()), episode_n=torch.from_numpy(self.episode_n.copy()),
-                resetting=torch.from_numpy(self.resetting.copy()), action_rng=json.dumps(self.action_space.np_random.bit_generator.state),
-                envs=envs, unsaved=unsaved)
-
-@patch
-def check_state(self:EnvRun, state:dict) -> dict:
-    "The arrays, action RNG and decoded env states of `state` for this run; a `ValueError` naming what does not fit."
-    keys = {'env_id', 'obs', 'total_reward', 'step_n', 'episode_n', 'resetting', 'action_rng', 'envs', 'unsaved'}
-    if not isinstance(state, dict) or set(state) != keys: raise ValueError(f"an env run's state is a dict with keys {sorted(keys)}")
-    if state['env_id'] != self.env_id: raise ValueError(f"the saved run steps {state['env_id']!r}, this one {self.env_id!r}")
-    if state['envs'] is None: raise ValueError(f"the saved run holds no env state: {state['unsaved']}")
-    n, out = len(self.envs), {}
-    for name, current in (('obs', self.obs), ('total_reward', self.total_reward), ('step_n', self.step_n),
-                          ('episode_n', self.episode_n), ('resetting', self.resetting)):
-        value = state[name]
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != current.shape or value.numpy().dtype != current.dtype:
-            raise ValueError(f"saved {name} must be a {current.dtype} tensor of shape {current.shape}, got {value!r:.80}")
-        out[name] = value.numpy().copy()
-    try: out['action_rng'] = rng_of_state(state['action_rng']).bit_generator.state
-    except ValueError as e: raise ValueError(f"saved action_rng: {e}") from None
-    if not isinstance(state['envs'], list) or len(state['envs']) != n: raise ValueError(f"saved envs must be a list of {n} env states")
-    out['envs'] = [check_env_state(env, s, f"{self.env_id} copy {i}") for i, (env, s) in enumerate(zip(self.envs, state['envs']))]
-    return out
-
-@patch
-def assign(self:EnvRun, checked:dict):
-    "Take over a state `check_state` returned."
-    for env, decoded in zip(self.envs, checked['envs']): set_env_state(env, decoded)
-    self.action_space.np_random.bit_generator.state = checked['action_rng']
-    for name in ('obs', 'total_reward', 'step_n', 'episode_n', 'resetting'): setattr(self, name, checked[name].copy())
-
-@patch
-def load_state_dict(self:EnvRun, state:dict):
-    "Continue from `state_dict()`: the episodes in progress go on exactly. Checked first: a `ValueError` changes nothing."
-    self.assign(self.check_state(state))
-
-# %% ../nbs/02_envs.ipynb #e0241a2a
-@patch
-def state_dict(self:GymStepper) -> dict:
-    "Every env run's `state_dict` and the stepper's seed; `unsaved` says why, if a run's envs cannot be saved."
-    runs = [run.state_dict() for run in self.envs.get()]
-    return dict(seed=self.envs.seed, runs=runs, unsaved=next((r['unsaved'] for r in runs if r['unsaved']), None))
-
-@patch
-def check_state(self:GymStepper, state:dict) -> list[dict]:
-    "What each run's `check_state` returns for `state`; a `ValueError` naming what does not fit."
-    if not isinstance(state, dict) or set(state) != {'seed', 'runs', 'unsaved'}: raise ValueError("a stepper's state is a dict with keys ['runs', 'seed', 'unsaved']")
-    if state['seed'] is not None: check_int('saved seed', state['seed'], low=0)
-    runs = self.envs.get()
-    if not isinstance(state['runs'], list) or len(state['runs']) != len(runs): raise ValueError(f"a stepper's state holds {len(runs)} runs")
-    return [run.check_state(s) for run, s in zip(runs, state['runs'])]
-
-@patch
-def load_state_dict(self:GymStepper, state:dict):
-    "Continue every run from `state_dict()`; checked first, so a `ValueError` changes nothing."
-    for run, checked in zip(self.envs.get(), self.check_state(state)): run.assign(checked)
-    self.envs.seed = state['seed']
 
 # %% ../nbs/02_envs.ipynb #ffd8b9ab
 class GymTransformBlock:

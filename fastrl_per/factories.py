@@ -24,7 +24,8 @@ __all__ = ['BOX2D_EXTRA', 'FLAG_NAMES', 'check_env_dependencies', 'flag', 'learn
 BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
 
 def check_env_dependencies(env_id):
-    "Build `env_id` once; a one-line `ValueError` naming the extra to install if gymnasium lacks a package it needs, or the id it does not know."
+    ("Build `env_id` once; a one-line `ValueError` naming the extra to install if gymnasium lacks a package "
+     "it needs, or the id it does not know.")
     spec = check_env_id(env_id)   # imports the module of a `module.path:EnvId` id, registers ale-py's for `ALE/...`
     try: gym.make(env_id).close()
     except DependencyNotInstalled as e:
@@ -40,7 +41,8 @@ def flag(name:str) -> str:
     return '--' + FLAG_NAMES.get(name, name).replace('_', '-')
 
 def learner_config(options:dict) -> dict:
-    "`train`'s learner options (named as the command's flags: `env`, `steps`, ...) by the learner's names (`env_id`, `total_steps`, ...)."
+    ("`train`'s learner options (named as the command's flags: `env`, `steps`, ...) by the learner's names "
+     "(`env_id`, `total_steps`, ...).")
     names = {v: k for k, v in FLAG_NAMES.items()}
     return {names.get(k, k): v for k, v in options.items()}
 
@@ -51,7 +53,8 @@ def learner_classes() -> dict:
 def restore_learner(state:dict, **deployment) -> Learner:
     "The learner a checkpoint was written by, with its state restored; `deployment`: where an Ape-X run runs now."
     classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
-    if state.get('learner') not in classes: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
+    if state.get('learner') not in classes:
+        raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
     try: learner = classes[state['learner']](**{**state['config'], **deployment})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
@@ -59,9 +62,12 @@ def restore_learner(state:dict, **deployment) -> Learner:
     return learner
 
 def new_learner(model:str, **config) -> Learner:
-    "A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); a `ValueError` naming an argument it does not take."
-    if model not in learner_classes(): raise ValueError(f"model must be one of {sorted(learner_classes())}, got {model!r}")
-    cls, kind = (apex_class(model), '--actors') if config.get('actors') else (learner_classes()[model], f'--model {model}')
+    ("A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); "
+     "a `ValueError` naming an argument it does not take.")
+    if model not in learner_classes():
+        raise ValueError(f"model must be one of {sorted(learner_classes())}, got {model!r}")
+    if config.get('actors'): cls, kind = apex_class(model), '--actors'
+    else: cls, kind = learner_classes()[model], f'--model {model}'
     params = inspect.signature(cls).parameters
     foreign = [flag(k) for k in config if k not in params]
     if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to {kind}")
@@ -70,7 +76,8 @@ def new_learner(model:str, **config) -> Learner:
     return cls(**env_defaults(env_id, config, params), **config)
 
 def env_defaults(env_id, config:dict, params) -> dict:
-    "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `atari_defaults` for an `ALE/...` id."
+    ("The learner arguments (of those in `params`) that `env_id` sets when `config` does not: "
+     "`atari_defaults` for an `ALE/...` id.")
     defaults = atari_defaults(config.get('total_steps')) if is_atari(env_id) else {}
     return {k: v for k, v in defaults.items() if k in params and k not in config}
 
@@ -80,21 +87,28 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
     deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
     old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
-    conflicts = [f"{flag(k)} {v!r} (the run has {old.get(k)!r})" for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
-    if model is not None and learner_classes().get(model) is not cls: conflicts.insert(0, f"--model {model!r} (the run has a {state.get('learner')})")
-    if conflicts: raise ValueError(f"--resume keeps the run's settings, and these flags contradict its checkpoint: {'; '.join(conflicts)}; only --steps may change")
+    conflicts = [f"{flag(k)} {v!r} (the run has {old.get(k)!r})"
+                 for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
+    if model is not None and learner_classes().get(model) is not cls:
+        conflicts.insert(0, f"--model {model!r} (the run has a {state.get('learner')})")
+    if conflicts:
+        raise ValueError("--resume keeps the run's settings, and these flags contradict its checkpoint: "
+                         f"{'; '.join(conflicts)}; only --steps may change")
     total, notes = config.get('total_steps', old.get('total_steps')), []
     if total != old.get('total_steps'):
         check_int('total_steps', total)
         state = dict(state, config=dict(old, total_steps=total))
-        notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: beta's annealing to 1 is re-planned over {total} steps")
+        notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: "
+                     f"beta's annealing to 1 is re-planned over {total} steps")
     learner, why = restore_learner(state, **deployment), state.get('fresh_episodes')
-    notes.append(f"resumed at step {state['frames']}: " + ("the envs continued their episodes exactly" if why is None else
-                 f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
+    notes.append(f"resumed at step {state['frames']}: "
+                 + ("the envs continued their episodes exactly" if why is None else
+                    f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
     return learner, state, notes
 
 def apex_class(model:str) -> type:
-    "`ApexRun`, what `--actors` trains (an mlp Q-network); a `ValueError` naming the extra to install if Ray is missing."
+    ("`ApexRun`, what `--actors` trains (an mlp Q-network); a `ValueError` naming the extra to install "
+     "if Ray is missing.")
     if model != 'mlp': raise ValueError(f"--actors trains the mlp Q-network (Ape-X), not --model {model}")
     try: require_ray()
     except ImportError as e: raise ValueError(str(e)) from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from copy import deepcopy
 import numpy as np
-from fastcore.basics import patch
 import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .pipes import UnbatchSteps
@@ -16,7 +15,8 @@ from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .priorities import kind_defaults
 from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
-                            TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam, pick_device, ToDevice)
+                            TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam,
+                            pick_device, ToDevice)
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
 from .core import SimpleStep
@@ -35,17 +35,25 @@ def physical_memory() -> int:
     "Bytes of memory this machine has."
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
+CHECKPOINT_VERSION = 3
+CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames',
+                   'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
+
 class Learner:
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
+    nstep = collector = None  # the n-step stage and the background collector, for learners that have them
+
     def __init__(self,
-                 env_id:str='CartPole-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
+                 # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
+                 env_id:str='CartPole-v1',
                  replay:str='per', # 'per' (prioritized) or 'uniform'
                  seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
-                 lr_end:float|None=None, # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
+                 # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
+                 lr_end:float|None=None,
                  gamma:float=0.99, # discount
                  alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
@@ -60,41 +68,48 @@ class Learner:
                  max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
                  n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
                  dueling:bool=False, # a value + advantage head on the Q-network
-                 layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP Q-network (the Atari network has none)
+                 layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP Q-network (the Atari one has none)
                  envs:int=1, # sub-envs stepped together
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
                  warmup:int|None=None, # env steps stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
-                 collector:str|None=None, # step the envs in a background worker acting with a copy of the network: 'process' or 'thread'; none: in the training loop
+                 # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
+                 collector:str|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
         if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
         if replay == 'uniform' and prioritization != 'proportional':
             raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
         alpha, beta = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
-        if collector not in (None, 'process', 'thread'): raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
+        if collector not in (None, 'process', 'thread'):
+            raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
         check_int('publish_every', publish_every)
         check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
-        if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)  # a negative norm would flip the gradients
+        # a negative norm would flip the gradients
+        if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs, n_actions = discrete_env_dims(env_id, images=True)
         grid = is_minatar(env_id)   # 10×10 bool grids: the MinAtar network, stored as bool in the ring
         frames = isinstance(obs, tuple) and not grid  # stacks of uint8 frames: a conv network, each frame stored once
-        if frames and collector: raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: train it without --collector")
+        if frames and collector:
+            raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: "
+                             "train it without --collector")
         check_int('max_sz', max_sz); check_int('bs', bs)
         self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
         if self.replay_nbytes > physical_memory():
-            raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, more than this machine's "
-                             f"{physical_memory() / 1e9:.1f} GB; choose a smaller max_sz (--buffer-size)")
+            raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, "
+                             f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
+                             "choose a smaller max_sz (--buffer-size)")
         torch.manual_seed(seed)
         if grid: model = MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
         elif frames: model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
         else: model = QNetwork(obs, n_actions, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
-        if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns stay the game's score
-        if n_step > 1: steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)   # open windows carry over between fits
+        if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
+        if n_step > 1:   # open windows carry over between fits
+            steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)
         cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
         if replay == 'per':
             buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
@@ -107,14 +122,17 @@ class Learner:
             self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
         stored = total_steps - (n_step - 1) * envs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
-        self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every, tau=None if target_every else tau,
+        self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every,
+                      tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
-        if lr_end is not None: self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
+        if lr_end is not None:
+            self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
         if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
-        "Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape) once written."
+        ("Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape) "
+         "once written.")
         grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
         dtype = np.uint8 if frames else bool if grid else np.float32
         state = np.zeros(obs if isinstance(obs, tuple) else (obs,), dtype)
@@ -122,14 +140,17 @@ class Learner:
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
     def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu', collector:str|None=None):
-        "Set up the networks (on `device`), optimiser and agent; the stream of single env steps (bounded by `iterate`), counting episode returns."
+        ("Set up the networks (on `device`), optimiser and agent; the stream of single env steps "
+         "(bounded by `iterate`), counting episode returns.")
         self.device = pick_device(device)
         self.model, self.agent = model.to(self.device), agent
         self.target_model = deepcopy(self.model)
         self.optimizer = adam(model, lr)
-        self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent   # explorer: the agent whose exploration the metrics and checkpoints follow
-        if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the greedy evaluations
-            self.collector = AsyncCollector(env_id, model, seed, envs, agent.start, agent.end, agent.decay_steps, method=collector)
+        # explorer: the agent whose exploration the metrics and checkpoints follow
+        self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent
+        if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the evaluations
+            self.collector = AsyncCollector(env_id, model, seed, envs, agent.start, agent.end, agent.decay_steps,
+                                            method=collector)
             self.explorer, self.stepper = self.collector.policy.agent, self.collector
         else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
@@ -137,7 +158,8 @@ class Learner:
 
     def assemble(self, samples, gamma:float, max_grad_norm:float|None, double:bool=False, target_every:int|None=None,
                  tau:float|None=None, per_id:bool=False, updates:int|None=None):
-        "Chain the DQN update after `samples` (moved to the networks' device); with `updates`, priority feedback to `self.replay` and beta annealing over that many."
+        ("Chain the DQN update after `samples` (moved to the networks' device); with `updates`, priority feedback "
+         "to `self.replay` and beta annealing over that many.")
         if self.device.type != 'cpu': samples = ToDevice(samples, self.device)
         pipe = TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma)
         pipe = OptimizerStep(WeightedLoss(pipe), self.optimizer, max_grad_norm)
@@ -149,7 +171,8 @@ class Learner:
         self.pipe = TrainMetrics(pipe, self.explorer, buffer=self.replay)
 
     def iterate(self, steps:int):
-        "Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row (with `frame`) per update."
+        ("Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row "
+         "(with `frame`) per update.")
         self.budget.grant(-(-check_int("steps", steps) // self.nenvs))
         for row in self.pipe:
             row['frame'] = self.episodes.frames
@@ -169,87 +192,106 @@ class Learner:
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
-# %% ../nbs/06_learner.ipynb #79781261
-CHECKPOINT_VERSION = 3
+    def state_dict(self) -> dict:
+        ("Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would "
+         "restart instead, None when they continue.")
+        saves_envs = isinstance(self.replay, ExperienceReplay) and self.collector is None
+        envs = self.stepper.state_dict() if saves_envs else None
+        if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
+        else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
+        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
+                    model=self.model.state_dict(), target_model=self.target_model.state_dict(),
+                    optimizer=self.optimizer.state_dict(), replay=self.replay.state_dict(),
+                    agent=self.explorer.state_dict(), frames=self.episodes.frames,
+                    returns=list(self.episodes.returns), updates=self.target_update.steps,
+                    torch_rng=torch.get_rng_state(),
+                    replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
+                    nstep=None if self.nstep is None else self.nstep.state_dict(),
+                    envs=None if why else envs, fresh_episodes=why,
+                    collector=None if self.collector is None else self.collector.state_dict())
 
+    def check_state(self, state:dict):
+        ("Raise a `ValueError` naming the problem unless `state` loads into this learner; "
+         "checks all that `load_state_dict` assigns.")
+        if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION:
+            has_version = isinstance(state, dict) and 'version' in state
+            old = f" (it has version {state.get('version')!r}; start a new run)" if has_version else ''
+            raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
+        if state.get('learner') != type(self).__name__:
+            raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
+        if set(state) != CHECKPOINT_KEYS:
+            raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, "
+                             f"unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
+        if state['config'] != self.config:
+            diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
+            raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
+        model, target, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
+        try:
+            model.load_state_dict(state['model']); target.load_state_dict(state['target_model'])
+            optimizer.load_state_dict(state['optimizer'])
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"checkpoint networks do not fit: {e}") from e
+        (self.replay.buffer if isinstance(self.replay, ExperienceReplay) else self.replay).check_state(state['replay'])
+        agent = state['agent']
+        if not isinstance(agent, dict) or set(agent) != {'steps', 'rng'}:
+            raise ValueError("checkpoint agent state must be a dict with keys ['rng', 'steps']")
+        check_int('checkpoint agent steps', agent['steps'], low=0)
+        try: np.random.default_rng().bit_generator.state = agent['rng']
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"checkpoint agent rng is not a generator state: {e}") from e
+        for name in ('frames', 'updates'): check_int(f'checkpoint {name}', state[name], low=0)
+        if (not isinstance(state['returns'], list)
+                or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns'])):
+            raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
+        rng = state['torch_rng']
+        if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+            raise ValueError("checkpoint torch_rng must be a uint8 tensor of shape "
+                             f"{tuple(torch.get_rng_state().shape)}")
+        if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
+        if (state['nstep'] is None) != (self.nstep is None):
+            raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
+        if self.nstep is not None: self.nstep.check_state(state['nstep'])
+        if (state['envs'] is None) != bool(state['fresh_episodes']):
+            raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
+        if state['envs'] is not None: self.stepper.check_state(state['envs'])
+        if (state['collector'] is None) != (self.collector is None):
+            raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
+        if self.collector is not None: self.collector.check_state(state['collector'])
+
+    def load_state_dict(self, state:dict):
+        ("Restore a learner built with the same config: the whole state is checked first, so one that does not fit "
+         "raises `ValueError` and changes nothing.")
+        self.check_state(state)
+        self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
+        # torch keeps the given tensors: a copy, so two learners never share Adam's moments
+        self.optimizer.load_state_dict(deepcopy(state['optimizer']))
+        self.replay.load_state_dict(state['replay'])
+        self.explorer.load_state_dict(state['agent'])
+        self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
+        self.target_update.steps = state['updates']
+        if self.anneal is not None: self.anneal.steps = state['updates']
+        if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
+        if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
+            self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None
+                                       else dict(state['nstep'], windows={}))
+        if self.collector is not None:   # its worker's envs start fresh episodes
+            self.collector.load_state_dict(state['collector'])
+        elif state['envs'] is None:   # fresh episodes, not a replay of the first ones
+            self.stepper.reseed(self.config['seed'] + state['frames'])
+        else: self.stepper.load_state_dict(state['envs'])
+        torch.set_rng_state(state['torch_rng'])
+
+# %% ../nbs/06_learner.ipynb #79781261
 def upgrade_checkpoint(state:dict) -> dict:
-    "An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, for `check_state` to judge."
-    if not isinstance(state, dict) or state.get('version') not in (2, 3) or not isinstance(state.get('config'), dict): return state
+    ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
+     "for `check_state` to judge.")
+    if not isinstance(state, dict) or state.get('version') not in (2, 3) or not isinstance(state.get('config'), dict):
+        return state
     config, learner = dict(state['config']), state.get('learner')
-    if state['version'] == 2 and learner in ('Learner', 'ApexRun'): config.setdefault('layer_norm', False)   # version 2 had no LayerNorm: its MLP had none
-    if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # a run from before the argument fetched one batch per call
+    if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
+        config.setdefault('layer_norm', False)
+    if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # before the argument: one batch per call
     if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
         config.setdefault('collector', None); config.setdefault('publish_every', 50)
     if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
     return dict(state, version=3, config=config)
-Learner.nstep = Learner.collector = None  # the n-step stage and the background collector, for learners that have them
-
-@patch
-def state_dict(self:Learner) -> dict:
-    "Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would restart instead, None when they continue."
-    envs = self.stepper.state_dict() if isinstance(self.replay, ExperienceReplay) and self.collector is None else None
-    if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
-    else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
-    return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config, model=self.model.state_dict(),
-                target_model=self.target_model.state_dict(), optimizer=self.optimizer.state_dict(),
-                replay=self.replay.state_dict(), agent=self.explorer.state_dict(), frames=self.episodes.frames,
-                returns=list(self.episodes.returns), updates=self.target_update.steps, torch_rng=torch.get_rng_state(),
-                replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
-                nstep=None if self.nstep is None else self.nstep.state_dict(),
-                envs=None if why else envs, fresh_episodes=why, collector=None if self.collector is None else self.collector.state_dict())
-
-CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns',
-              'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
-
-@patch
-def check_state(self:Learner, state:dict):
-    "Raise a `ValueError` naming the problem unless `state` loads into this learner; checks all that `load_state_dict` assigns."
-    if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION:
-        old = f" (it has version {state.get('version')!r}; start a new run)" if isinstance(state, dict) and 'version' in state else ''
-        raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
-    if state.get('learner') != type(self).__name__: raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
-    if set(state) != CHECKPOINT_KEYS: raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
-    if state['config'] != self.config:
-        diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
-        raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-    model, target, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
-    try: model.load_state_dict(state['model']); target.load_state_dict(state['target_model']); optimizer.load_state_dict(state['optimizer'])
-    except (RuntimeError, KeyError, ValueError, TypeError) as e: raise ValueError(f"checkpoint networks do not fit: {e}") from e
-    (self.replay.buffer if isinstance(self.replay, ExperienceReplay) else self.replay).check_state(state['replay'])
-    agent = state['agent']
-    if not isinstance(agent, dict) or set(agent) != {'steps', 'rng'}: raise ValueError("checkpoint agent state must be a dict with keys ['rng', 'steps']")
-    check_int('checkpoint agent steps', agent['steps'], low=0)
-    try: np.random.default_rng().bit_generator.state = agent['rng']
-    except (TypeError, ValueError, KeyError) as e: raise ValueError(f"checkpoint agent rng is not a generator state: {e}") from e
-    for name in ('frames', 'updates'): check_int(f'checkpoint {name}', state[name], low=0)
-    if not isinstance(state['returns'], list) or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns']):
-        raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
-    rng = state['torch_rng']
-    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
-        raise ValueError(f"checkpoint torch_rng must be a uint8 tensor of shape {tuple(torch.get_rng_state().shape)}")
-    if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
-    if (state['nstep'] is None) != (self.nstep is None): raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
-    if self.nstep is not None: self.nstep.check_state(state['nstep'])
-    if (state['envs'] is None) != bool(state['fresh_episodes']): raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
-    if state['envs'] is not None: self.stepper.check_state(state['envs'])
-    if (state['collector'] is None) != (self.collector is None): raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
-    if self.collector is not None: self.collector.check_state(state['collector'])
-
-@patch
-def load_state_dict(self:Learner, state:dict):
-    "Restore a learner built with the same config: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
-    self.check_state(state)
-    self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
-    self.optimizer.load_state_dict(deepcopy(state['optimizer']))   # torch keeps the given tensors: a copy, so two learners never share Adam's moments
-    self.replay.load_state_dict(state['replay'])
-    self.explorer.load_state_dict(state['agent'])
-    self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
-    self.target_update.steps = state['updates']
-    if self.anneal is not None: self.anneal.steps = state['updates']
-    if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
-    if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
-        self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None else dict(state['nstep'], windows={}))
-    if self.collector is not None: self.collector.load_state_dict(state['collector'])   # its worker's envs start fresh episodes
-    elif state['envs'] is None: self.stepper.reseed(self.config['seed'] + state['frames'])  # fresh episodes, not a replay of the first ones
-    else: self.stepper.load_state_dict(state['envs'])
-    torch.set_rng_state(state['torch_rng'])

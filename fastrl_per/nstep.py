@@ -5,7 +5,6 @@
 # %% ../nbs/02b_nstep.ipynb #c489f661
 from __future__ import annotations
 from collections import deque
-from fastcore.basics import patch
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS
@@ -28,9 +27,11 @@ class NStepTransitions(IterDataPipe):
                  source_datapipe, # yields single `SimpleStep`s, e.g. `GymStepper(...).unbatch()`
                  n:int=3, # most rewards summed into one transition
                  gamma:float=0.99, # discount of each later reward
-                 keep_open:bool=False): # a source that runs out leaves the open windows to the next iterator instead of emitting them
+                 # a source that runs out leaves the open windows to the next iterator instead of emitting them
+                 keep_open:bool=False):
         self.source_datapipe, self.n, self.gamma = source_datapipe, check_int('n', n), check_gamma(gamma)
-        self.keep_open, self.windows = keep_open, {}  # env_id -> deque of (step, reward, episode_n) whose windows are open
+        self.keep_open = keep_open
+        self.windows = {}  # env_id -> deque of (step, reward, episode_n) whose windows are open
 
     def transition(self, window:deque, k:int) -> SimpleStep:
         "The transition from `window`'s first step that sums its first `k` rewards."
@@ -43,7 +44,8 @@ class NStepTransitions(IterDataPipe):
             discount *= self.gamma
         fields = {name: getattr(first, name) for name in STEP_FIELDS}
         fields.update(next_state=last.next_state, terminated=last.terminated, truncated=last.truncated,
-                      reward=torch.scalar_tensor(ret, dtype=first.reward.dtype), n_steps=torch.scalar_tensor(k, dtype=torch.int32))
+                      reward=torch.scalar_tensor(ret, dtype=first.reward.dtype),
+                      n_steps=torch.scalar_tensor(k, dtype=torch.int32))
         return SimpleStep.from_fields(fields)
 
     def flush(self, window:deque):
@@ -61,7 +63,8 @@ class NStepTransitions(IterDataPipe):
             env, episode = int(step.env_id), int(step.episode_n)
             window = windows.setdefault(env, deque())
             if window and window[-1][2] != episode:
-                raise ValueError(f"env {env} moved from episode {window[-1][2]} to {episode} without a terminated or truncated step")
+                raise ValueError(f"env {env} moved from episode {window[-1][2]} to {episode} "
+                                 "without a terminated or truncated step")
             window.append((step, float(step.reward), episode))
             if step.terminated or step.truncated: yield from self.flush(window)
             elif len(window) == self.n:
@@ -71,45 +74,47 @@ class NStepTransitions(IterDataPipe):
         if not self.keep_open:
             for window in windows.values(): yield from self.flush(window)  # the source ran out mid-episode
 
+    def state_dict(self) -> dict:
+        "The open windows as plain data: per sub-env, its pending steps as one `SimpleStep` batch's fields."
+        batches = {env: SimpleStep.from_steps([s for s, _, _ in w]) for env, w in self.windows.items() if w}
+        return dict(n=self.n, windows={env: {name: getattr(batch, name) for name in STEP_FIELDS}
+                                       for env, batch in batches.items()})
+
+    def check_state(self, state:dict) -> dict:
+        "The windows `state` holds, rebuilt; a `ValueError` naming what does not fit."
+        if not isinstance(state, dict) or set(state) != {'n', 'windows'} or not isinstance(state['windows'], dict):
+            raise ValueError("an n-step state is a dict with keys ['n', 'windows'], windows a dict")
+        if state['n'] != self.n: raise ValueError(f"the n-step state has n={state['n']!r}, this stage {self.n}")
+        windows = {}
+        for env, fields in state['windows'].items():
+            if (not isinstance(fields, dict) or set(fields) != set(STEP_FIELDS)
+                    or not all(isinstance(t, torch.Tensor) for t in fields.values())):
+                raise ValueError(f"the n-step window of env {env!r} must hold a tensor for each of {list(STEP_FIELDS)}")
+            lengths = {len(t) if t.dim() else 0 for t in fields.values()}
+            if len(lengths) != 1 or not 0 < lengths.pop() < self.n:
+                raise ValueError(f"the n-step window of env {env!r} must hold 1 to {self.n - 1} steps")
+            steps = list(SimpleStep.from_fields(fields))
+            if ({int(s.env_id) for s in steps} != {env} or len({int(s.episode_n) for s in steps}) != 1
+                    or any(s.terminated or s.truncated for s in steps)):
+                raise ValueError(f"the n-step window of env {env!r} must hold steps of one episode of that env, "
+                                 "none of them its last")
+            windows[env] = deque((s, float(s.reward), int(s.episode_n)) for s in steps)
+        return windows
+
+    def load_state_dict(self, state:dict):
+        "Restore the open windows of `state_dict()`; checked first, so a `ValueError` changes nothing."
+        self.windows = self.check_state(state)
+
 def _check_one_step(step):
     "Raise unless `step` is a single one-step `SimpleStep`."
     if not isinstance(step, SimpleStep) or step.is_batch:
         what = 'a SimpleStep batch' if isinstance(step, SimpleStep) else f"{type(step).__name__}: {step!r}"
         raise TypeError(f"nstep takes single SimpleSteps (call .unbatch() on a stream of batches first), got {what}")
     if int(step.n_steps) != 1:
-        raise ValueError(f"nstep takes one-step transitions, got one with n_steps={int(step.n_steps)} (is the stream already n-step?)")
+        raise ValueError(f"nstep takes one-step transitions, got one with n_steps={int(step.n_steps)} "
+                         "(is the stream already n-step?)")
 
 register_functional('nstep', NStepTransitions)
-
-# %% ../nbs/02b_nstep.ipynb #2393629e
-@patch
-def state_dict(self:NStepTransitions) -> dict:
-    "The open windows as plain data: per sub-env, its pending steps as one `SimpleStep` batch's fields."
-    return dict(n=self.n, windows={env: {name: getattr(SimpleStep.from_steps([s for s, _, _ in w]), name) for name in STEP_FIELDS}
-                                   for env, w in self.windows.items() if w})
-
-@patch
-def check_state(self:NStepTransitions, state:dict) -> dict:
-    "The windows `state` holds, rebuilt; a `ValueError` naming what does not fit."
-    if not isinstance(state, dict) or set(state) != {'n', 'windows'} or not isinstance(state['windows'], dict):
-        raise ValueError("an n-step state is a dict with keys ['n', 'windows'], windows a dict")
-    if state['n'] != self.n: raise ValueError(f"the n-step state has n={state['n']!r}, this stage {self.n}")
-    windows = {}
-    for env, fields in state['windows'].items():
-        if not isinstance(fields, dict) or set(fields) != set(STEP_FIELDS) or not all(isinstance(t, torch.Tensor) for t in fields.values()):
-            raise ValueError(f"the n-step window of env {env!r} must hold a tensor for each of {list(STEP_FIELDS)}")
-        lengths = {len(t) if t.dim() else 0 for t in fields.values()}
-        if len(lengths) != 1 or not 0 < lengths.pop() < self.n: raise ValueError(f"the n-step window of env {env!r} must hold 1 to {self.n - 1} steps")
-        steps = list(SimpleStep.from_fields(fields))
-        if {int(s.env_id) for s in steps} != {env} or len({int(s.episode_n) for s in steps}) != 1 or any(s.terminated or s.truncated for s in steps):
-            raise ValueError(f"the n-step window of env {env!r} must hold steps of one episode of that env, none of them its last")
-        windows[env] = deque((s, float(s.reward), int(s.episode_n)) for s in steps)
-    return windows
-
-@patch
-def load_state_dict(self:NStepTransitions, state:dict):
-    "Restore the open windows of `state_dict()`; checked first, so a `ValueError` changes nothing."
-    self.windows = self.check_state(state)
 
 # %% ../nbs/02b_nstep.ipynb #ec7988c6
 def nstep_discount(batch:SimpleStep, gamma:float) -> torch.Tensor:

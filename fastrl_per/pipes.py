@@ -45,7 +45,8 @@ class UnbatchSteps(IterDataPipe):
     def __init__(self, source_datapipe): self.source_datapipe = source_datapipe
     def __iter__(self):
         for batch in self.source_datapipe:
-            if not isinstance(batch, SimpleStep): raise TypeError(f"unbatch expects SimpleStep batches, got {type(batch).__name__}: {batch!r}")
+            if not isinstance(batch, SimpleStep):
+                raise TypeError(f"unbatch expects SimpleStep batches, got {type(batch).__name__}: {batch!r}")
             if batch.is_batch: yield from batch
             else: yield batch
 

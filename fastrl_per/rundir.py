@@ -37,9 +37,11 @@ def check_new_run_dir(out) -> Path:
     path = Path(out)
     if path.exists() and not path.is_dir(): raise ValueError(f"--out {str(path)!r} is a file, not a directory")
     if is_run(path):
-        raise ValueError(f"{str(path)!r} already holds a run; continue it with --resume {shlex.quote(str(path))}, or choose another --out")
+        raise ValueError(f"{str(path)!r} already holds a run; continue it with --resume {shlex.quote(str(path))}, "
+                         "or choose another --out")
     if path.is_dir() and any(path.iterdir()):
-        raise ValueError(f"{str(path)!r} holds files that are not a fastrl_per run; choose a new or empty directory for --out")
+        raise ValueError(f"{str(path)!r} holds files that are not a fastrl_per run; "
+                         "choose a new or empty directory for --out")
     return path
 
 def remove_orphans(run_dir:Path) -> list[Path]:
@@ -49,7 +51,8 @@ def remove_orphans(run_dir:Path) -> list[Path]:
     return orphans
 
 def share_mode(run_dir:Path):
-    "Give every file of the run the mode of its metrics.csv, which follows the user's umask (atomic writes create 0600 files)."
+    ("Give every file of the run the mode of its metrics.csv, which follows the user's umask "
+     "(atomic writes create 0600 files).")
     run_dir = Path(run_dir)
     mode = (run_dir / 'metrics.csv').stat().st_mode & 0o777
     for p in [run_dir / name for name in RUN_FILES] + sorted((run_dir / 'videos').glob('*.mp4')):
@@ -61,12 +64,14 @@ def save_checkpoint(state:dict, path:Path):
     save_atomically(state, path)
 
 def load_checkpoint(run_dir) -> dict:
-    "The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file if it is missing or unreadable."
+    ("The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file "
+     "if it is missing or unreadable.")
     path = Path(run_dir) / 'checkpoint.pt'
     if not path.exists(): raise ValueError(f"no checkpoint at {str(path)!r}")
     try: state = torch.load(path, weights_only=True)
     except Exception as e: raise ValueError(f"cannot read checkpoint {str(path)!r}: {e}") from e
-    if not isinstance(state, dict) or 'config' not in state: raise ValueError(f"{str(path)!r} is not a fastrl_per checkpoint")
+    if not isinstance(state, dict) or 'config' not in state:
+        raise ValueError(f"{str(path)!r} is not a fastrl_per checkpoint")
     return upgrade_checkpoint(state)
 
 def read_metrics(run_dir) -> dict:
@@ -96,15 +101,18 @@ def installed_version(name:str) -> str|None:
     except PackageNotFoundError: return None
 
 def git_revision(package_dir:Path|None=None) -> dict|None:
-    "The commit of the git checkout this package (or `package_dir`) runs from and whether it has uncommitted changes; None when installed from a wheel."
+    ("The commit of the git checkout this package (or `package_dir`) runs from and whether it has uncommitted "
+     "changes; None when installed from a wheel.")
     package_dir = Path(fastrl_per.__file__).parent if package_dir is None else Path(package_dir)
-    def git(*args): return subprocess.run(['git', '-C', str(package_dir), *args], capture_output=True, text=True, timeout=10)
+    def git(*args):
+        return subprocess.run(['git', '-C', str(package_dir), *args], capture_output=True, text=True, timeout=10)
     try:
         top = git('rev-parse', '--show-toplevel')
         if top.returncode or Path(top.stdout.strip()).resolve() != package_dir.resolve().parent: return None
         revision, status = git('rev-parse', 'HEAD'), git('status', '--porcelain', '--untracked-files=no')
     except (OSError, subprocess.SubprocessError): return None
-    return dict(revision=revision.stdout.strip(), dirty=bool(status.stdout.strip())) if not revision.returncode else None
+    if revision.returncode: return None
+    return dict(revision=revision.stdout.strip(), dirty=bool(status.stdout.strip()))
 
 def cpu_model() -> str:
     "The CPU's model name."
@@ -165,14 +173,16 @@ def manifest_differences(manifest:dict|None) -> list[str]:
     lines = [f"the run was written with {name} {a}, this is {b}" for name, a, b in pairs if a != b]
     old_git, new_git = old.get('git') or {}, new['git'] or {}
     if old_git.get('revision') != new_git.get('revision'):
-        lines.append(f"the run was written at git revision {old_git.get('revision')}, this is {new_git.get('revision')}")
+        lines.append(f"the run was written at git revision {old_git.get('revision')}, "
+                     f"this is {new_git.get('revision')}")
     return lines
 
 # %% ../nbs/07a_rundir.ipynb #382db04e
 def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int):
     "Write `learner`'s network and how it was evaluated to `run_dir/best.pt`, atomically."
-    save_atomically(dict(learner=type(learner).__name__, config=learner.config, model=learner.model.state_dict(), frame=frame,
-                         update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed), Path(run_dir) / 'best.pt')
+    save_atomically(dict(learner=type(learner).__name__, config=learner.config, model=learner.model.state_dict(),
+                         frame=frame, update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed),
+                    Path(run_dir) / 'best.pt')
 
 def load_best(run_dir) -> dict|None:
     "`run_dir`'s best.pt (network, step and score of the best evaluation), None for a run without one."
@@ -180,13 +190,15 @@ def load_best(run_dir) -> dict|None:
     if not path.exists(): return None
     try: best = torch.load(path, weights_only=True)
     except Exception as e: raise ValueError(f"cannot read {str(path)!r}: {e}") from e
-    if not isinstance(best, dict) or not {'model', 'frame', 'eval_return'} <= set(best): raise ValueError(f"{str(path)!r} is not a fastrl_per best network")
+    if not isinstance(best, dict) or not {'model', 'frame', 'eval_return'} <= set(best):
+        raise ValueError(f"{str(path)!r} is not a fastrl_per best network")
     return best
 
 def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
     save_checkpoint(learner.state_dict(), run_dir / 'checkpoint.pt')
-    manifest.update(env_steps=learner.episodes.frames, updates=updates, episodes=len(learner.episodes.returns), updated=now())
+    manifest.update(env_steps=learner.episodes.frames, updates=updates, episodes=len(learner.episodes.returns),
+                    updated=now())
     if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
     if ended: manifest['ended'] = manifest['legs'][-1]['ended'] = manifest['updated']
     write_manifest(run_dir, manifest)

@@ -20,10 +20,13 @@ def linear_value(start:float, end:float, fraction:float) -> float:
 
 # %% ../nbs/05d_schedules.ipynb #f86254af
 class AnnealLR(IterDataPipe):
-    "After each item, set `optimizer`'s learning rate to `lr` moved linearly to `lr_end` by `progress()` (training progress in [0, 1])."
-    def __init__(self, source_datapipe, optimizer:torch.optim.Optimizer, lr:float, lr_end:float, progress:Callable[[], float]):
+    ("After each item, set `optimizer`'s learning rate to `lr` moved linearly to `lr_end` by `progress()` "
+     "(training progress in [0, 1]).")
+    def __init__(self, source_datapipe, optimizer:torch.optim.Optimizer, lr:float, lr_end:float,
+                 progress:Callable[[], float]):
         for name, rate in (('lr', lr), ('lr_end', lr_end)): check_number(name, rate, low_ok=False)
-        self.source_datapipe, self.optimizer, self.lr, self.lr_end, self.progress = source_datapipe, optimizer, lr, lr_end, progress
+        self.source_datapipe, self.optimizer, self.progress = source_datapipe, optimizer, progress
+        self.lr, self.lr_end = lr, lr_end
 
     def __iter__(self):
         for item in self.source_datapipe:

@@ -15,8 +15,8 @@ from .atari import make_env
 from .envs import check_env_id
 from .checks import check_int, check_number
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, keep_metrics_until, load_best, load_checkpoint,
-                               manifest_differences, read_manifest, remove_orphans, RunMismatchWarning, save_best, save_run,
-                               share_mode, start_manifest, now, write_manifest)
+                               manifest_differences, read_manifest, remove_orphans, RunMismatchWarning, save_best,
+                               save_run, share_mode, start_manifest, now, write_manifest)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import learner_config, new_learner, restore_learner, resume_learner
 
@@ -26,13 +26,15 @@ __all__ = ['RunInterrupted', 'StopSignals', 'solved_threshold', 'open_run', 'gre
 
 # %% ../nbs/07d_train.ipynb #05902318
 class RunInterrupted(Exception):
-    "A run stopped by a signal after saving its state; `exit_code` is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."
+    ("A run stopped by a signal after saving its state; `exit_code` is 128 + the signal's number "
+     "(130 for SIGINT, 143 for SIGTERM).")
     def __init__(self, message:str, signum:int):
         super().__init__(message)
         self.exit_code = 128 + signum
 
 class StopSignals:
-    "Within `with` (in the main thread), the first SIGINT or SIGTERM sets `signum`; a second raises `KeyboardInterrupt`."
+    ("Within `with` (in the main thread), the first SIGINT or SIGTERM sets `signum`; "
+     "a second raises `KeyboardInterrupt`.")
     def __enter__(self):
         self.signum, self.previous = None, {}
         if threading.current_thread() is threading.main_thread():
@@ -54,7 +56,8 @@ def solved_threshold(env_id:str, solved:float|None) -> float|None:
     return solved or None
 
 def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dict, int, list[str]]:
-    "The learner, run directory, previous manifest, update count and notes of a new or resumed run; `check(learner)` may refuse it. Nothing is written for a refused one."
+    ("The learner, run directory, previous manifest, update count and notes of a new or resumed run; "
+     "`check(learner)` may refuse it. Nothing is written for a refused one.")
     if resume is None:
         run_dir = check_new_run_dir('runs/dqn' if out is None else out)
         learner = new_learner(model or 'mlp', **config)
@@ -64,14 +67,19 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
         return learner, run_dir, None, 0, []
     run_dir = Path(resume)
     if out is not None and Path(out).resolve() != run_dir.resolve():
-        raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; a resumed run stays in its directory")
+        raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; "
+                         "a resumed run stays in its directory")
     previous = read_manifest(run_dir)
     learner, state, notes = resume_learner(run_dir, model, config)
-    if not (run_dir / 'metrics.csv').is_file(): raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
+    if not (run_dir / 'metrics.csv').is_file():
+        raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
     with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
-    if tuple(header) != METRIC_COLUMNS: raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; start a new run")
+    if tuple(header) != METRIC_COLUMNS:
+        raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
+                         "start a new run")
     if learner.config['total_steps'] <= learner.episodes.frames:
-        raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.frames} steps; ask for more with --steps")
+        raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.frames} steps; "
+                         "ask for more with --steps")
     if check: check(learner)
     for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
     remove_orphans(run_dir)
@@ -80,22 +88,25 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
 
 # %% ../nbs/07d_train.ipynb #a34f153c
 def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
-    "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
+    ("Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent "
+     "one); `video_dir`: record them there.")
     if video_dir is None: env = make_env(env_id)
     else:
         if not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
-            os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')   # rgb_array frames need no window; without one SDL prints noise
-        with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is what we want
+            # rgb_array frames need no window; without one SDL prints noise
+            os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')
+        with warnings.catch_warnings():  # the same seed records the same episodes: replacing their files is right
             warnings.filterwarnings('ignore', message='.*Overwriting existing videos')
-            env = gym.wrappers.RecordVideo(make_env(env_id, render_mode='rgb_array'), str(video_dir), episode_trigger=lambda i: True,
-                                           name_prefix=f'greedy-seed{seed}')
+            env = gym.wrappers.RecordVideo(make_env(env_id, render_mode='rgb_array'), str(video_dir),
+                                           episode_trigger=lambda i: True, name_prefix=f'greedy-seed{seed}')
     device, returns = next(agent.model.parameters()).device, []
     for i in range(episodes):
         obs, _ = env.reset(seed=seed + i)
         total, done, first = 0., False, True
         while not done:
             if hasattr(agent, 'new_episodes'): agent.new_episodes(np.array([first]))
-            with torch.no_grad(): action = agent.model(agent.model_input(torch.as_tensor(obs, device=device)[None])).argmax().item()
+            with torch.no_grad():
+                action = agent.model(agent.model_input(torch.as_tensor(obs, device=device)[None])).argmax().item()
             obs, reward, terminated, truncated, _ = env.step(action)
             first = False
             total, done = total + float(reward), terminated or truncated
@@ -104,32 +115,38 @@ def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_di
     return returns
 
 def check_eval_seed(eval_seed:int, episodes:int, config:dict):
-    "A `ValueError` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, `seed` to `seed + total_steps`."
+    ("A `ValueError` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, "
+     "`seed` to `seed + total_steps`.")
     check_int('eval_seed', eval_seed, low=0)
     seed, total = config['seed'], config['total_steps']
     if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
-        raise ValueError(f"--eval-seed {eval_seed} would evaluate on the training env's seeds ({seed} to {seed + total}); choose one outside them")
+        raise ValueError(f"--eval-seed {eval_seed} would evaluate on the training env's seeds "
+                         f"({seed} to {seed + total}); choose one outside them")
 
 def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
-    "Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and window stay as they are."
+    ("Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and "
+     "window stay as they are.")
     return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
 
 # %% ../nbs/07d_train.ipynb #fcc4243f
 class TrainLoop:
-    "A run's loop: pulls `learner`'s rows leg by leg, writes metrics rows, TensorBoard points and checkpoints, evaluates greedily."
+    ("A run's loop: pulls `learner`'s rows leg by leg, writes metrics rows, TensorBoard points and checkpoints, "
+     "evaluates greedily.")
     def __init__(self, learner, run_dir:Path, manifest:dict, updates:int, threshold:float|None, eval_every:int,
                  eval_episodes:int, eval_seed:int, log_every:int, checkpoint_every:int, notes:list[str]):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
-        self.learner, self.run_dir, self.manifest, self.updates, self.threshold = learner, run_dir, manifest, updates, threshold
+        self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
+        self.updates, self.threshold = updates, threshold
         self.eval_every, self.eval_episodes, self.eval_seed = eval_every, eval_episodes, eval_seed
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
-        self.saved = self.shown = learner.episodes.frames   # the env step of the last checkpoint; of the last progress line
+        self.saved = self.shown = learner.episodes.frames   # env step of the last checkpoint; of the last progress line
         self.n_returns = len(learner.episodes.returns)      # the episodes already on the board
         self.best = load_best(run_dir)
         self.best_score = -math.inf if self.best is None else self.best['eval_return']
         self.final = None   # (step, score) of the last evaluation
         self.next_eval = (self.saved // eval_every + 1) * eval_every if eval_every else math.inf
-        self.finished = self.ending = False   # finished: the budget or the threshold is reached; ending: the stream is told to stop
+        # finished: the budget or the threshold is reached; ending: the stream is told to stop
+        self.finished = self.ending = False
         self.board = self.bar = self.stop = None
 
     def evaluate(self, frame:int, update:int) -> float:
@@ -144,8 +161,9 @@ class TrainLoop:
 
     def failed(self, step:int, why) -> ValueError:
         "The error that ends a run at `step`, with run.json closed and still describing the checkpoint."
-        first = str(why).splitlines()[0]   # torch's datapipes add lines naming the stage; the first says what went wrong
-        error = ValueError(f"training stopped at step {step}: {first}; {self.run_dir / 'checkpoint.pt'} keeps step {self.saved}")
+        first = str(why).splitlines()[0]   # torch's datapipes add lines naming the stage; the first says what failed
+        error = ValueError(f"training stopped at step {step}: {first}; "
+                           f"{self.run_dir / 'checkpoint.pt'} keeps step {self.saved}")
         self.manifest['ended'] = self.manifest['legs'][-1]['ended'] = now()
         self.manifest['legs'][-1]['error'] = str(error)
         write_manifest(self.run_dir, self.manifest)
@@ -161,7 +179,8 @@ class TrainLoop:
             yield row
 
     def record(self, row:dict, metrics:MetricsFile):
-        "One update's row: episode returns, an evaluation when one is due, the metrics row, the board, progress, the stop."
+        ("One update's row: episode returns, an evaluation when one is due, the metrics row, the board, progress, "
+         "the stop.")
         if not math.isfinite(row['loss']): raise self.failed(row['frame'], f"the loss is {row['loss']}")
         episodes = self.learner.episodes
         self.updates, returns = self.updates + 1, episodes.returns
@@ -192,11 +211,13 @@ class TrainLoop:
         self.saved = self.learner.episodes.frames
 
     def run(self, progress:bool, resumed:bool):
-        "Train to the budget, the threshold or a signal; the run's files saved at the end (`self.stop.signum`: the signal)."
+        ("Train to the budget, the threshold or a signal; the run's files saved at the end "
+         "(`self.stop.signum`: the signal).")
         learner = self.learner
         save_run(self.run_dir, learner, self.manifest, self.updates)
         self.bar = Progress(self.total, learner.episodes.frames) if progress else None
-        workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()   # Ray runs within, before the signals
+        # Ray runs within, before the signals
+        workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()
         with workers, StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
             self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.manifest.get('tb_pending'))
             try:
@@ -219,30 +240,40 @@ class TrainLoop:
         share_mode(self.run_dir)
 
     def summary(self) -> str:
-        "The run's last lines after its notes; a `RunInterrupted` naming the command that resumes it if a signal stopped it."
+        ("The run's last lines after its notes; a `RunInterrupted` naming the command that resumes it if a signal "
+         "stopped it.")
         episodes, run_dir = self.learner.episodes, self.run_dir
         if self.stop.signum is not None:
-            raise RunInterrupted(f"stopped by {signal.Signals(self.stop.signum).name} at step {episodes.frames} of {self.total}: "
-                                 f"saved checkpoint.pt, metrics.csv, run.json and plot.png in {run_dir}; resume with: "
-                                 f"fastrl_per train --resume {shlex.quote(str(run_dir))}", self.stop.signum)
+            raise RunInterrupted(f"stopped by {signal.Signals(self.stop.signum).name} at step {episodes.frames} "
+                                 f"of {self.total}: saved checkpoint.pt, metrics.csv, run.json and plot.png "
+                                 f"in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}",
+                                 self.stop.signum)
         counts = dict(steps=episodes.frames, updates=self.updates, episodes=len(episodes.returns))
-        return '\n'.join(self.notes + run_ending(run_dir, counts, episodes.recent(20), self.threshold, self.final, self.best))
+        return '\n'.join(self.notes + run_ending(run_dir, counts, episodes.recent(20), self.threshold, self.final,
+                                                 self.best))
 
 # %% ../nbs/07d_train.ipynb #7e7b8acf
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
-          model:str|None=None, # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
-          solved:float|None=None, # stop once the mean return of 20 episodes reaches this; default: the env's reward threshold (475 for CartPole-v1), 0: never
+          # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
+          model:str|None=None,
+          # stop at this mean return of 20 episodes; default: the env's reward threshold (475 for CartPole-v1), 0: never
+          solved:float|None=None,
           checkpoint_every:int=5_000, # env steps between checkpoints
-          eval_every:int=2_500, # env steps between greedy evaluations on an env of their own, and one at the end (0: none); the best network goes to best.pt
+          # env steps between greedy evaluations on an env of their own, and one at the end (0: none); best: best.pt
+          eval_every:int=2_500,
           eval_episodes:int=10, # greedy episodes per evaluation (as many as `evaluate` plays)
-          eval_seed:int=1_000_000_000, # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds
+          # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds
+          eval_seed:int=1_000_000_000,
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
           progress:bool=True, # show a progress bar
-          actors:int=0, # Ape-X on Ray (the ray extra; --ray-address or $RAY_ADDRESS joins a cluster): this many env-stepping actors feed the replay; 0: one process
-          **options): # the learner's arguments, `Learner`'s or `RecurrentLearner`'s, named as their flags (`env`, `steps` for `env_id`, `total_steps`)
-    "Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot to the run directory."
+          # this many Ape-X actors step envs on Ray (ray extra; --ray-address or $RAY_ADDRESS joins a cluster); 0: none
+          actors:int=0,
+          # the learner's arguments (`Learner`'s or `RecurrentLearner`'s) by their flags' names: `env`, `steps`, ...
+          **options):
+    ("Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot "
+     "to the run directory.")
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     require_cli_extra()
@@ -251,7 +282,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
-        if isinstance(learner, ApexRun): learner.start()   # Ray and its actors before any file: a failed start writes none
+        if isinstance(learner, ApexRun): learner.start()   # Ray, actors before any file: a failed start writes none
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     manifest = start_manifest(learner, previous)
     if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
@@ -259,8 +290,8 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         manifest['replay_bytes'] = learner.replay_nbytes
         if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
                                       f"{size_text(learner.replay_nbytes)} once full\n")
-    loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved), eval_every,
-                     eval_episodes, eval_seed, log_every, checkpoint_every, notes)
+    loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
+                     eval_every, eval_episodes, eval_seed, log_every, checkpoint_every, notes)
     loop.run(progress, resumed=resume is not None)
     return loop.summary()
 
@@ -268,24 +299,28 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
 def check_video_extra():
     "A `ValueError` naming the extra to install unless the video encoder is importable."
     try: import moviepy
-    except ImportError: raise ValueError("recording video needs the video extra: pip install 'fastrl_per[video]'") from None
+    except ImportError:
+        raise ValueError("recording video needs the video extra: pip install 'fastrl_per[video]'") from None
 
 def evaluate(run_dir:str, # a run directory written by train
              episodes:int=10, # greedy episodes to run
              seed:int=10_000, # seeds the evaluation envs (episode i uses seed + i)
              video:bool=False, # record the episodes as MP4 files in RUN_DIR/videos (needs the video extra)
              latest:bool=False): # use the last network (checkpoint.pt) instead of the best evaluated one (best.pt)
-    "Mean return of greedy episodes with the best network of `run_dir` (its best.pt; `latest`: its checkpoint's), saying which."
+    ("Mean return of greedy episodes with the best network of `run_dir` (its best.pt; `latest`: its checkpoint's), "
+     "saying which.")
     check_int('episodes', episodes)
     if video: check_video_extra()
     state = load_checkpoint(run_dir)
     best = None if latest else load_best(run_dir)
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
     learner = restore_learner(state)
-    if best is None: network = f"checkpoint.pt (the latest, step {state['frames']}{'' if latest else '; the run has no best.pt'})"
+    if best is None:
+        network = f"checkpoint.pt (the latest, step {state['frames']}{'' if latest else '; the run has no best.pt'})"
     else:
         try: learner.model.load_state_dict(best['model'])
-        except (RuntimeError, KeyError) as e: raise ValueError(f"{str(Path(run_dir) / 'best.pt')!r} does not fit the run's network: {e}") from e
+        except (RuntimeError, KeyError) as e:
+            raise ValueError(f"{str(Path(run_dir) / 'best.pt')!r} does not fit the run's network: {e}") from e
         network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
     video_dir = Path(run_dir) / 'videos' if video else None
     returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
