@@ -30,10 +30,11 @@ from .train import train, evaluate, RunInterrupted
 
 # the public API: the record type, the stages, the buffers, the networks, the learners and the command's functions;
 # helpers stay importable from their modules (`from fastrl_per.rundir import read_metrics`)
-__all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions', 'make_env',
-           'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer', 'PrioritizedExperienceReplay',
-           'FrameReplayBuffer', 'PrioritizedFrameReplayBuffer', 'SumTree', 'Priorities', 'Episode', 'SequenceReplay',
-           'PrioritizedSequenceReplay', 'PrioritizedBatch', 'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy',
-           'EpisodeReturns', 'ToDevice', 'OnlineQ', 'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate',
-           'SoftUpdate', 'PriorityFeedback', 'AnnealBeta', 'AnnealLR', 'TrainMetrics', 'NatureQNetwork', 'MinAtarQNetwork',
-           'RecurrentQNetwork', 'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted']
+__all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions',
+           'make_env', 'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer',
+           'PrioritizedExperienceReplay', 'FrameReplayBuffer', 'PrioritizedFrameReplayBuffer', 'SumTree',
+           'Priorities', 'Episode', 'SequenceReplay', 'PrioritizedSequenceReplay', 'PrioritizedBatch',
+           'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy', 'EpisodeReturns', 'ToDevice', 'OnlineQ',
+           'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate', 'SoftUpdate', 'PriorityFeedback',
+           'AnnealBeta', 'AnnealLR', 'TrainMetrics', 'NatureQNetwork', 'MinAtarQNetwork', 'RecurrentQNetwork',
+           'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted']
