@@ -57,6 +57,18 @@ class SimpleStep:
     idxs = None     # buffer slots of a sampled batch
     weights = None  # importance-sampling weights of a sampled batch
     extra_fields = ()  # names of the fields beyond the eleven, in order
+    # the eleven fields, set by `__init__` (a gymnasium Dict observation: a dict of tensors)
+    state: torch.Tensor | dict
+    action: torch.Tensor
+    next_state: torch.Tensor | dict
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    reward: torch.Tensor
+    total_reward: torch.Tensor
+    env_id: torch.Tensor
+    step_n: torch.Tensor
+    episode_n: torch.Tensor
+    n_steps: torch.Tensor
 
     def __init__(self, state, action, next_state, terminated=False, truncated=False, reward=0.,
                  total_reward=0., env_id=0, step_n=0, episode_n=0, n_steps=1, **more):
@@ -78,6 +90,11 @@ class SimpleStep:
             n = lengths.pop()
             for name, shape in shapes.items():
                 if not shape: setattr(self, name, getattr(self, name).expand(n).clone())
+
+    def __getattr__(self, name:str) -> torch.Tensor:
+        "Called only for a name that is not set: an extra field (`step.log_prob`) this step does not have."
+        if name.startswith('__'): raise AttributeError(name)   # copy and pickle probe for optional hooks
+        raise AttributeError(f"this {type(self).__name__} has no field {name!r}; its fields: {', '.join(self.fields)}")
 
     @property
     def fields(self) -> tuple:
