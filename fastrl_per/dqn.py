@@ -23,9 +23,9 @@ from .nstep import nstep_discount
 
 # %% auto #0
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
-           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'TargetUpdate', 'SoftUpdate',
-           'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback', 'AnnealBeta', 'TrainMetrics',
-           'discrete_env_dims']
+           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
+           'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
+           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -105,6 +105,29 @@ class EpisodeReturns(IterDataPipe):
     def recent(self, n:int=20) -> float:
         "Mean return of the last `n` episodes (nan before the first ends)."
         return float(np.mean([r for _, r in self.returns[-n:]])) if self.returns else float('nan')
+
+    def count(self, steps:int, returns=()):
+        "Count `steps` env steps taken elsewhere (by an Ape-X actor), then the `returns` of the episodes they ended."
+        self.frames += check_int('steps', steps, low=0)
+        self.returns += [(self.frames, float(r)) for r in returns]
+
+    def state_dict(self) -> dict:
+        "The env steps counted and the `(frame, return)` of every ended episode, as plain data."
+        return dict(frames=self.frames, returns=list(self.returns))
+
+    def check_state(self, state:dict):
+        "A `ValueError` unless `state` is a `state_dict()`."
+        if not isinstance(state, dict) or set(state) != {'frames', 'returns'}:
+            raise ValueError("episode state must be a dict with keys ['frames', 'returns']")
+        check_int('checkpoint frames', state['frames'], low=0)
+        if (not isinstance(state['returns'], list)
+                or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns'])):
+            raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
+
+    def load_state_dict(self, state:dict):
+        "Restore `state_dict()`; one that does not fit raises `ValueError` and changes nothing."
+        self.check_state(state)
+        self.frames, self.returns = state['frames'], [tuple(r) for r in state['returns']]
 
 # %% ../nbs/05c_dqn.ipynb #9daca39c
 @dataclass
@@ -210,6 +233,12 @@ def adam(model:nn.Module, lr:float) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, fused=fused)
 
 # %% ../nbs/05c_dqn.ipynb #518a0f1d
+def checked_steps(state:dict) -> int:
+    "The count of a `state_dict()` of a stage that counts its steps; a `ValueError` unless `state` is one."
+    if not isinstance(state, dict) or set(state) != {'steps'}:
+        raise ValueError(f"a counting stage's state is a dict with the one key 'steps', got {state!r}")
+    return check_int('steps', state['steps'], low=0)
+
 class TargetUpdate(IterDataPipe):
     "Update `target_model` from `model`: a hard copy every `every` steps, or soft with `tau` each step."
     def __init__(self, source_datapipe, model:nn.Module, target_model:nn.Module, every:int|None=None,
@@ -230,6 +259,9 @@ class TargetUpdate(IterDataPipe):
             if self.tau is not None: soft()
             elif self.steps % self.every == 0: self.target_model.load_state_dict(self.model.state_dict())
             yield ts
+
+    def state_dict(self) -> dict: return dict(steps=self.steps)   # the networks are their owner's to save
+    def load_state_dict(self, state:dict): self.steps = checked_steps(state)
 
 class SoftUpdate:
     "target ← (1 - tau)·target + tau·source, all parameters in one call; the parameter lists are gathered once."
@@ -285,6 +317,9 @@ class AnnealBeta(IterDataPipe):
             self.steps += 1
             buffer.anneal_beta(min(1., self.steps / self.total_steps), self.final)
             yield ts
+
+    def state_dict(self) -> dict: return dict(steps=self.steps)
+    def load_state_dict(self, state:dict): self.steps = checked_steps(state)
 
 # %% ../nbs/05c_dqn.ipynb #8387ce4d
 class TrainMetrics(IterDataPipe):

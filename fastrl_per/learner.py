@@ -202,8 +202,7 @@ class Learner:
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
                     model=self.model.state_dict(), target_model=self.target_model.state_dict(),
                     optimizer=self.optimizer.state_dict(), replay=self.replay.state_dict(),
-                    agent=self.explorer.state_dict(), frames=self.episodes.frames,
-                    returns=list(self.episodes.returns), updates=self.target_update.steps,
+                    agent=self.explorer.state_dict(), **self.episodes.state_dict(), updates=self.target_update.steps,
                     torch_rng=torch.get_rng_state(),
                     replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
                     nstep=None if self.nstep is None else self.nstep.state_dict(),
@@ -239,10 +238,8 @@ class Learner:
         try: np.random.default_rng().bit_generator.state = agent['rng']
         except (TypeError, ValueError, KeyError) as e:
             raise ValueError(f"checkpoint agent rng is not a generator state: {e}") from e
-        for name in ('frames', 'updates'): check_int(f'checkpoint {name}', state[name], low=0)
-        if (not isinstance(state['returns'], list)
-                or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns'])):
-            raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
+        check_int('checkpoint updates', state['updates'], low=0)
+        self.episodes.check_state(dict(frames=state['frames'], returns=state['returns']))
         rng = state['torch_rng']
         if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
             raise ValueError("checkpoint torch_rng must be a uint8 tensor of shape "
@@ -267,9 +264,9 @@ class Learner:
         self.optimizer.load_state_dict(deepcopy(state['optimizer']))
         self.replay.load_state_dict(state['replay'])
         self.explorer.load_state_dict(state['agent'])
-        self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
-        self.target_update.steps = state['updates']
-        if self.anneal is not None: self.anneal.steps = state['updates']
+        self.episodes.load_state_dict(dict(frames=state['frames'], returns=state['returns']))
+        for counter in (self.target_update, self.anneal):   # the stages that count updates
+            if counter is not None: counter.load_state_dict(dict(steps=state['updates']))
         if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
             self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None
