@@ -104,8 +104,8 @@ class StepWorker:
         self.batches = None   # the envs are made on the first call, in the worker: they live where they are stepped
 
     def __call__(self, weights:tuple|None) -> tuple[list, dict]:
-        ("Take `(weights, version)` if given, then step `chunk` batches, each tagged with the version that acted; "
-         "they come with the exploration's state after them.")
+        ("Take `(weights, version)` if given, then step `chunk` batches: `(version, batch)` pairs, the version "
+         "that acted beside each, with the exploration's state after them.")
         if self.batches is None:
             # Ctrl-C reaches the whole process group: the learner's process stops the run
             if self.own_process: signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -114,9 +114,8 @@ class StepWorker:
         if weights is not None: self.policy.publish(*weights)
         chunk = []
         for _ in range(self.chunk):
-            batch = next(self.batches)
-            batch.version = self.policy.version   # the policy takes new weights only as it acts, in this worker
-            chunk.append(batch)
+            batch = next(self.batches)   # the policy takes new weights only as it acts, in this worker
+            chunk.append((self.policy.version, batch))
         return chunk, self.policy.agent.state_dict()
 
 @contextmanager
@@ -149,8 +148,8 @@ def join_worker(process, timeout:float):
     process.join()
 
 class AsyncCollector(StepPipe):
-    ("Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches, "
-     "each with the `version` of the weights that acted.")
+    ("Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches "
+     "(`version`: that of the weights that chose the last one).")
     def __init__(self,
                  env_id:str, # a gymnasium env with a discrete action space
                  model:nn.Module, # the learner's Q-network; the worker acts with a copy
@@ -210,7 +209,7 @@ class AsyncCollector(StepPipe):
             raise
 
     def keep(self, chunk:list, agent_state:dict):
-        "Queue a chunk's batches; the record's exploration state becomes the worker's after them."
+        "Queue a chunk's `(version, batch)` pairs; the record's exploration state becomes the worker's after them."
         self.ready.extend(chunk)
         with self.policy.lock: self.policy.agent.load_state_dict(agent_state)
 
@@ -220,9 +219,9 @@ class AsyncCollector(StepPipe):
             if not self.ready:
                 if self.stream is None: self.start()
                 self.receive()
-            batch = self.ready.popleft()
+            version, batch = self.ready.popleft()
             yielded += 1
-            self.steps, self.version = self.steps + len(batch), batch.version
+            self.steps, self.version = self.steps + len(batch), version
             yield batch
 
     def close(self, timeout:float=30.): # seconds to wait for a worker process to exit before terminating it

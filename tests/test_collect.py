@@ -51,8 +51,8 @@ def test_versions_grow_and_tag_what_each_version_chose():
         collector.publish(net.state_dict(), version)
         for _ in range(4):
             b = next(stream)
-            seen.append(b.version)
-            if b.version == version: assert int(b.action) == (0 if version % 2 else 1)   # greedy on that version's bias
+            seen.append(collector.version)   # the version of the weights that chose `b`
+            if collector.version == version: assert int(b.action) == (0 if version % 2 else 1)   # greedy on that bias
     collector.close()
     assert seen == sorted(seen) and seen[-1] == 5
     with pytest.raises(ValueError, match='must grow'): collector.publish(net.state_dict(), 5)
@@ -88,7 +88,7 @@ def test_the_worker_outlives_its_consumers_until_closed(method, how):
     assert (processes(), threading.active_count()) > (children, threads)
     collector.close()
     assert wait_for(children, processes) <= children and wait_for(threads, threading.active_count) <= threads
-    kept = list(collector.ready)     # stepped ahead by the closed worker: the rest of its last chunk and the calls in flight
+    kept = [b for _, b in collector.ready]   # stepped ahead by the closed worker: its last chunk's rest, the calls in flight
     collector.n = len(kept) + 1
     again = list(collector)          # a new worker: the kept batches first, then a fresh episode's first step
     assert all(a is b for a, b in zip(again, kept)) and int(again[-1].step_n) == 1
