@@ -18,7 +18,7 @@ from . import __version__
 from .learner import Learner, upgrade_checkpoint
 from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray, ReplayLost, DEPLOYMENT
-from .atari import is_atari, make_env, atari_defaults
+from .atari import make_env, id_defaults, defaults_source
 from .envs import check_env_id
 from .checks import check_int, check_number, save_atomically, write_atomically
 
@@ -174,7 +174,8 @@ def start_manifest(learner:Learner, previous:dict|None=None) -> dict:
     previous = previous or {}
     leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.frames)
     return dict(previous, **software(), **machine(learner), learner=type(learner).__name__, config=learner.config,
-                **space_shapes(learner.config['env_id']), started=previous.get('started', leg['started']),
+                **space_shapes(learner.config['env_id']), defaults=defaults_source(learner.config['env_id']),
+                started=previous.get('started', leg['started']),
                 ended=None, legs=previous.get('legs', []) + [leg])
 
 def write_manifest(run_dir:Path, manifest:dict):
@@ -253,8 +254,8 @@ def new_learner(model:str, **config) -> Learner:
     return cls(**env_defaults(env_id, config, params), **config)
 
 def env_defaults(env_id, config:dict, params) -> dict:
-    "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `atari_defaults` for an `ALE/...` id."
-    defaults = atari_defaults(config.get('total_steps')) if is_atari(env_id) else {}
+    "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `id_defaults`."
+    defaults = id_defaults(env_id, config.get('total_steps'))
     return {k: v for k, v in defaults.items() if k in params and k not in config}
 
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
