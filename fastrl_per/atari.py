@@ -76,6 +76,7 @@ def make_atari_vector_env(env_id:str, # an `ALE/...` id
 # %% ../nbs/02c_atari.ipynb #9870d38f
 def make_env(env_id:str, **kwargs) -> gym.Env:
     "The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, else `gym.make(env_id, **kwargs)`."
+    if is_minatar(env_id): register_minatar()   # gymnasium does not load the minatar package itself
     return make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
 
 # %% ../nbs/02c_atari.ipynb #5f8e0af2
