@@ -4,17 +4,17 @@ SpaceInvaders, prioritized and uniform replay, against a hand-written loop doing
 
 Run from the repository root (the minatar extra: `.venv/bin/pip install -e '.[minatar]'`):
 
-    .venv/bin/python benchmarks/minatar_speed.py                      # 3 runs of 3,000 timed env steps per game and replay
-    .venv/bin/python benchmarks/minatar_speed.py --quick              # smoke run: 1 run of 200 env steps after 100
-    .venv/bin/python benchmarks/minatar_speed.py [--games Breakout SpaceInvaders] [--frames 3000] [--runs 3] [--block 500]
+    .venv/bin/python benchmarks/minatar_speed.py             # 3 runs of 3,000 timed env steps per game and replay
+    .venv/bin/python benchmarks/minatar_speed.py --quick     # smoke run: 1 run of 200 env steps after 100
+    .venv/bin/python benchmarks/minatar_speed.py [--games Breakout SpaceInvaders] [--frames 3000] [--runs 3]
 
 **The env step alone.** `--env-steps` steps of the game's gymnasium env (`make_env`, the `-v1` id with sticky actions
 0.1 and difficulty ramping) with random actions, resetting at each episode's end: what any agent pays per step.
 
-**The training pipeline.** `Learner('MinAtar/<game>-v1', replay=...)` with the command's MinAtar defaults (`id_defaults`:
-the MinAtar paper's one update of a batch of 32 per env step, plain one-step DQN targets, hard target copies every
-1,000 updates, `MinAtarQNetwork`, no gradient clipping, Adam at 2.5e-4; bool grids in the ring) except for a short
-run's numbers, given to both sides: a `--warmup` of 500 and epsilon already at its end value 0.1 (the network acts on
+**The training pipeline.** `Learner('MinAtar/<game>-v1', replay=...)` with the command's MinAtar defaults
+(`id_defaults`: the MinAtar paper's one update of a batch of 32 per env step, plain one-step DQN targets, hard
+target copies every 1,000 updates, `MinAtarQNetwork`, no gradient clipping, Adam at 2.5e-4; bool grids in the ring)
+except for a short run's numbers, given to both sides: a `--warmup` of 500 and epsilon already at its end value 0.1 (the network acts on
 nine steps in ten, as through most of a run). The hand-written loop (`HandLoop`, cleanrl style) does the same work
 with the same parts in one plain loop: `EnvRun`, `EpsilonGreedy`, the `PrioritizedReplayBuffer` or `ReplayBuffer`
 core, the same network, the target max_a Q_target(s', a), importance-weighted smooth L1 loss, fused `adam`, the hard
@@ -68,7 +68,7 @@ def env_step_us(env_id: str, steps: int, seed: int = 0) -> float:
 
 
 def settings(env_id: str, total_steps: int, warmup: int, target_every: int | None = None) -> dict:
-    "The command's MinAtar defaults for a run of `total_steps`, with a short run's warm-up and epsilon at its end value."
+    "The MinAtar defaults for a run of `total_steps`, with a short run's warm-up and epsilon at its end value."
     c = id_defaults(env_id, total_steps)
     return dict(c, warmup=warmup, eps_start=c['eps_end'], target_every=target_every or c['target_every'], eps=1e-6)
 
@@ -87,7 +87,8 @@ class HandLoop:
         self.env = EnvRun(env_id, 1, seed)
         if self.per:
             alpha, beta = kind_defaults('proportional', None, None)
-            self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=alpha, beta=beta, eps=c['eps'], seed=seed)
+            self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=alpha, beta=beta, eps=c['eps'],
+                                               seed=seed)
         else: self.buf = ReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], seed=seed)
         self.frames, self.updates, self.returns = 0, 0, []
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
@@ -151,22 +152,26 @@ def timed_pair(env_id: str, replay: str, seed: int, c: dict, warmup: int, frames
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    p.add_argument('--games', nargs='+', default=['Breakout', 'SpaceInvaders'], help='MinAtar games (ids MinAtar/<game>-v1)')
+    p.add_argument('--games', nargs='+', default=['Breakout', 'SpaceInvaders'],
+                   help='MinAtar games (ids MinAtar/<game>-v1)')
     p.add_argument('--frames', type=int, default=3000, help='timed env steps per run, each side')
     p.add_argument('--runs', type=int, default=3, help='timed runs of each side, per game and replay')
     p.add_argument('--block', type=int, default=500, help='env steps per turn when pipeline and loop alternate')
-    p.add_argument('--warmup', type=int, default=500, help="the replay's warm-up and the untimed env steps of each run (>= 32)")
+    p.add_argument('--warmup', type=int, default=500,
+                   help="the replay's warm-up and the untimed env steps of each run (>= 32)")
     p.add_argument('--env-steps', type=int, default=20_000, help='steps of the env-alone timing')
     p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--quick', action='store_true', help='smoke run: 1 run of 200 env steps after 100, 2,000 env-alone steps')
+    p.add_argument('--quick', action='store_true',
+                   help='smoke run: 1 run of 200 env steps after 100, 2,000 env-alone steps')
     a = p.parse_args(argv)
     if a.quick: a.frames, a.runs, a.block, a.warmup, a.env_steps = 200, 1, 100, 100, 2_000
-    if min(a.frames, a.runs, a.block, a.env_steps) < 1 or a.warmup < 32: p.error('need frames, runs, block, env-steps >= 1, warmup >= 32')
+    if min(a.frames, a.runs, a.block, a.env_steps) < 1 or a.warmup < 32:
+        p.error('need frames, runs, block, env-steps >= 1, warmup >= 32')
     torch.set_num_threads(1)
     print(f"command: `{shlex.join([sys.executable, *sys.argv])}`\n")
-    print(f"torch {torch.__version__} on one thread, CPU; MinAtar defaults (an update of 32 per env step, target copy every "
-          f"1,000 updates) with warm-up {a.warmup} and epsilon 0.1; {a.frames:,} timed env steps per run after {a.warmup} "
-          f"untimed, in turns of {a.block}; runs: {a.runs}\n")
+    print(f"torch {torch.__version__} on one thread, CPU; MinAtar defaults (an update of 32 per env step, target copy "
+          f"every 1,000 updates) with warm-up {a.warmup} and epsilon 0.1; {a.frames:,} timed env steps per run after "
+          f"{a.warmup} untimed, in turns of {a.block}; runs: {a.runs}\n")
     rows = []
     for game in a.games:
         env_id = f'MinAtar/{game}-v1'
@@ -181,7 +186,8 @@ def main(argv=None):
                   f"{', '.join(f'{x:.3f}' for x in ratios)}", flush=True)
             rows.append((env_id, replay, alone, med('pipeline', 0), med('pipeline', 1), med('loop', 0), med('loop', 1),
                          statistics.median(ratios)))
-    print(f"\n| game | replay | env step alone, µs | pipeline env steps/s | pipeline CPU ms / update | loop env steps/s | "
+    print(f"\n| game | replay | env step alone, µs | pipeline env steps/s | pipeline CPU ms / update | "
+          f"loop env steps/s | "
           f"loop CPU ms / update | pipeline / loop (time per env step) |")
     print('|---|---|--:|--:|--:|--:|--:|--:|')
     for env_id, replay, alone, ps, pc, ls, lc, ratio in rows:

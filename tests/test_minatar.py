@@ -33,13 +33,14 @@ def test_learner_stores_bool_grids_and_uses_the_minatar_network():
 
 # Young & Tian 2019, examples/dqn.py: the settings a MinAtar run resolves to (Adam for its RMSProp; see nbs/02c_atari)
 PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.1, eps_decay_steps=100_000,
-             warmup=5_000, target_every=1_000, train_every=1, gradient_steps=1, double=False, n_step=1, max_grad_norm=None)
+             warmup=5_000, target_every=1_000, train_every=1, gradient_steps=1, double=False, n_step=1,
+             max_grad_norm=None)
 
 
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
     assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 5_000_000
-    assert learner.target_update.every == 1_000 and learner.target_update.tau is None   # hard copies, not the soft default
+    assert learner.target_update.every == 1_000 and learner.target_update.tau is None   # hard copies
     assert isinstance(learner.optimizer, torch.optim.Adam) and learner.optimizer.param_groups[0]['lr'] == 2.5e-4
 
 
