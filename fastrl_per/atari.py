@@ -14,8 +14,9 @@ from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'is_atari', 'register_atari', 'is_minatar', 'register_minatar',
-           'make_atari_env', 'make_atari_vector_env', 'make_env', 'SignRewards', 'atari_defaults']
+__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'is_atari', 'register_atari',
+           'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env', 'make_env', 'SignRewards',
+           'capped_defaults', 'atari_defaults', 'id_defaults', 'defaults_source']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
 ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
@@ -75,6 +76,7 @@ def make_atari_vector_env(env_id:str, # an `ALE/...` id
 # %% ../nbs/02c_atari.ipynb #9870d38f
 def make_env(env_id:str, **kwargs) -> gym.Env:
     "The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, else `gym.make(env_id, **kwargs)`."
+    if is_minatar(env_id): register_minatar()   # gymnasium does not load the minatar package itself
     return make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
 
 # %% ../nbs/02c_atari.ipynb #5f8e0af2
@@ -89,9 +91,33 @@ class SignRewards(IterDataPipe):
 ATARI_DEFAULTS = dict(total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
                       eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, double=True, n_step=1)
 
+def capped_defaults(table:dict, total_steps:int|None=None) -> dict:
+    "`table` for a run of `total_steps` env steps: a buffer of at most `total_steps`, a warm-up of at most a quarter."
+    steps = table['total_steps'] if total_steps is None else check_int('total_steps', total_steps)
+    bs = table['bs']
+    return dict(table, total_steps=steps, max_sz=max(bs, min(table['max_sz'], steps)),
+                warmup=max(bs, min(table['warmup'], steps // 4)))
+
 def atari_defaults(total_steps:int|None=None) -> dict:
-    "`ATARI_DEFAULTS` for a run of `total_steps` env steps: the buffer at most `total_steps`, the warm-up at most a quarter of it."
-    steps = ATARI_DEFAULTS['total_steps'] if total_steps is None else check_int('total_steps', total_steps)
-    bs = ATARI_DEFAULTS['bs']
-    return dict(ATARI_DEFAULTS, total_steps=steps, max_sz=max(bs, min(ATARI_DEFAULTS['max_sz'], steps)),
-                warmup=max(bs, min(ATARI_DEFAULTS['warmup'], steps // 4)))
+    "`ATARI_DEFAULTS` for a run of `total_steps` env steps (`capped_defaults`)."
+    return capped_defaults(ATARI_DEFAULTS, total_steps)
+
+# %% ../nbs/02c_atari.ipynb #2ee9fa6c
+MINATAR_DEFAULTS = dict(total_steps=5_000_000, max_sz=100_000, bs=32, train_every=1, gradient_steps=1,
+                        target_every=1_000, warmup=5_000, eps_start=1.0, eps_end=0.1, eps_decay_steps=100_000,
+                        lr=2.5e-4, gamma=0.99, double=False, n_step=1, max_grad_norm=None)
+
+ID_DEFAULTS = {'ALE ids': ATARI_DEFAULTS, 'MinAtar ids': MINATAR_DEFAULTS}   # the tables, by the ids they serve
+
+def id_defaults(env_id, total_steps:int|None=None) -> dict:
+    "The published settings of `env_id`'s games for a run of `total_steps` (`capped_defaults`); {} for other ids."
+    table = ATARI_DEFAULTS if is_atari(env_id) else MINATAR_DEFAULTS if is_minatar(env_id) else None
+    return {} if table is None else capped_defaults(table, total_steps)
+
+def defaults_source(env_id) -> str|None:
+    "Where the defaults `id_defaults` gives `env_id` come from, and how they deviate from it; None for other ids."
+    if is_atari(env_id): return "ALE ids: DQN and prioritized-replay settings of Mnih et al. 2015, Schaul et al. 2016"
+    if is_minatar(env_id):
+        return ("MinAtar ids: DQN settings of Young & Tian 2019 (examples/dqn.py), except Adam for its centred RMSProp "
+                "and epsilon decaying from env step 0 (its code: from step 5,000)")
+    return None

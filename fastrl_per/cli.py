@@ -9,7 +9,7 @@ from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
 from .factories import learner_classes, flag
-from .atari import ATARI_DEFAULTS
+from .atari import ID_DEFAULTS
 from .apex import ApexRun
 
 # %% auto #0
@@ -69,12 +69,12 @@ def learner_arguments() -> dict:
     return arguments
 
 def learner_help(name:str, doc:str, defaults:dict) -> str:
-    "`doc` with the default of each model that takes argument `name`, and its default for an `ALE/...` id."
+    "`doc` with the default of each model that takes argument `name`, and its default for `ALE/...`, `MinAtar/...` ids."
     first, *others = defaults
     parts = [f"default: {typed(name, defaults[first])}"]
     parts += [f"{m}: {typed(name, defaults[m])}" for m in others if defaults[m] != defaults[first]]
-    if name in ATARI_DEFAULTS and ATARI_DEFAULTS[name] != defaults[first]:
-        parts.append(f"ALE ids: {typed(name, ATARI_DEFAULTS[name])}")
+    parts += [f"{ids}: {typed(name, table[name])}" for ids, table in ID_DEFAULTS.items()
+              if name in table and table[name] != defaults[first]]
     if len(defaults) < len(learner_classes()): parts.insert(0, f"{', '.join(defaults)} only")
     return f"{doc} ({'; '.join(parts)})"
 
@@ -91,8 +91,10 @@ EXIT_CODES = """exit codes:
   130  stopped by Ctrl-C; 143 by SIGTERM (train saves the run first)"""
 
 ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings "
-              "(Mnih et al. 2015, Schaul et al. 2016; 'ALE ids' below) for every flag not given, with --buffer-size "
-              "at most --steps and --warmup at most a quarter of it.")
+              "(Mnih et al. 2015, Schaul et al. 2016; 'ALE ids' below) for every flag not given; a MinAtar/... id "
+              "(the minatar extra) the MinAtar paper's DQN settings (Young & Tian 2019; 'MinAtar ids' below), "
+              "except Adam for its centred RMSProp and epsilon decaying from step 0, not 5,000. Either way "
+              "--buffer-size is at most --steps and --warmup at most a quarter of it.")
 
 def commands() -> dict:
     "The subcommands of `fastrl_per`: name → (function, what it does, example invocations)."

@@ -11,7 +11,7 @@ from gymnasium.error import DependencyNotInstalled
 from .learner import Learner
 from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray, DEPLOYMENT
-from .atari import is_atari, atari_defaults
+from .atari import id_defaults
 from .envs import check_env_id
 from .rundir import load_checkpoint
 from .checks import check_int
@@ -76,9 +76,8 @@ def new_learner(model:str, **config) -> Learner:
     return cls(**env_defaults(env_id, config, params), **config)
 
 def env_defaults(env_id, config:dict, params) -> dict:
-    ("The learner arguments (of those in `params`) that `env_id` sets when `config` does not: "
-     "`atari_defaults` for an `ALE/...` id.")
-    defaults = atari_defaults(config.get('total_steps')) if is_atari(env_id) else {}
+    "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `id_defaults`."
+    defaults = id_defaults(env_id, config.get('total_steps'))
     return {k: v for k, v in defaults.items() if k in params and k not in config}
 
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:

@@ -13,7 +13,7 @@ import torch
 import fastrl_per
 from . import __version__
 from .learner import Learner, upgrade_checkpoint
-from .atari import make_env
+from .atari import make_env, defaults_source
 from .checks import save_atomically, write_atomically
 
 # %% auto #0
@@ -147,8 +147,8 @@ def start_manifest(learner:Learner, previous:dict|None=None) -> dict:
     previous = previous or {}
     leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.frames)
     return dict(previous, **software(), **machine(learner), learner=type(learner).__name__, config=learner.config,
-                **space_shapes(learner.config['env_id']), started=previous.get('started', leg['started']),
-                ended=None, legs=previous.get('legs', []) + [leg])
+                **space_shapes(learner.config['env_id']), defaults=defaults_source(learner.config['env_id']),
+                started=previous.get('started', leg['started']), ended=None, legs=previous.get('legs', []) + [leg])
 
 def write_manifest(run_dir:Path, manifest:dict):
     "Write `manifest` to `run_dir/run.json` atomically."

@@ -1,6 +1,8 @@
 """MinAtar through the library (the minatar extra): the ids register, the grids are stored as bools, the MinAtar
-network learns in the pipeline, and `fastrl_per train` / `evaluate` run end to end."""
+network learns in the pipeline, a run takes the MinAtar paper's DQN settings for the flags it is not given, and
+`fastrl_per train` / `evaluate` run end to end."""
 
+import json
 import numpy as np
 import pytest
 import torch
@@ -10,6 +12,7 @@ pytest.importorskip('minatar')
 from fastrl_per.conv import MinAtarQNetwork
 from fastrl_per.dqn import discrete_env_dims
 from fastrl_per.learner import Learner
+from fastrl_per.train import new_learner
 from test_cli import run
 
 
@@ -28,9 +31,34 @@ def test_learner_stores_bool_grids_and_uses_the_minatar_network():
     assert np.isfinite([r['loss'] for r in rows]).all()
 
 
+# Young & Tian 2019, examples/dqn.py: the settings a MinAtar run resolves to (Adam for its RMSProp; see nbs/02c_atari)
+PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.1, eps_decay_steps=100_000,
+             warmup=5_000, target_every=1_000, train_every=1, gradient_steps=1, double=False, n_step=1,
+             max_grad_norm=None)
+
+
+def test_a_minatar_run_takes_the_papers_settings():
+    learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
+    assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 5_000_000
+    assert learner.target_update.every == 1_000 and learner.target_update.tau is None   # hard copies
+    assert isinstance(learner.optimizer, torch.optim.Adam) and learner.optimizer.param_groups[0]['lr'] == 2.5e-4
+
+
+def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():
+    config = new_learner('mlp', env_id='MinAtar/Breakout-v1', total_steps=8_000, train_every=4, double=True,
+                         replay='uniform').config
+    assert (config['train_every'], config['double'], config['replay']) == (4, True, 'uniform')
+    assert (config['max_sz'], config['warmup'], config['target_every']) == (8_000, 2_000, 1_000)
+    assert new_learner('mlp', env_id='CartPole-v1').config['lr'] == 5e-4     # other ids keep the learner's own defaults
+
+
 def test_train_and_evaluate_end_to_end(tmp_path):
     out = tmp_path / 'breakout'
     done = run('train', '--env', 'MinAtar/Breakout-v1', '--steps', 2000, '--out', out, '--no-progress', check=0, timeout=600)
     assert (out / 'best.pt').exists() and (out / 'checkpoint.pt').exists(), done.stdout
+    manifest = json.loads((out / 'run.json').read_text())
+    assert {k: manifest['config'][k] for k in ('lr', 'target_every', 'double', 'max_sz', 'warmup')} == dict(
+        lr=2.5e-4, target_every=1_000, double=False, max_sz=2_000, warmup=500)
+    assert 'Young & Tian 2019' in manifest['defaults'] and 'Adam' in manifest['defaults']
     shown = run('evaluate', out, '--episodes', 2, check=0, timeout=300)
     assert 'MinAtar/Breakout-v1' in shown.stdout or 'return' in shown.stdout, shown.stdout
