@@ -160,7 +160,7 @@ class ApexActor:
         start = epsilon if eps_start is None else eps_start
         net = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
         self.policy = PolicyCopy(net, n_actions, start, epsilon, decay_steps, seed=seed)
-        self.policy.agent.steps = check_int('steps', steps, low=0)
+        self.policy.agent.advance_to(steps)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
 
@@ -218,6 +218,20 @@ class ReplayClient:
         self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # as each shard last answered
         self.beta0 = self.beta = beta
         self.fraction, self.final = None, 1.
+
+    def connect(self, servers:list):
+        "Talk to the started `ReplayServer` actors `servers`, shard k being `servers[k]`."
+        self.servers = list(servers)
+
+    def locate(self) -> list[dict]:
+        "Where each shard runs (node id, address, pid), as it says; kept to name a shard that is lost."
+        self.places = [self.get(k, s.where.remote()) for k, s in enumerate(self.servers)]
+        return self.places
+
+    def disconnect(self) -> list:
+        "Forget the shards and the feedback in flight; the shard actors, for their owner to end."
+        servers, self.servers, self.pending = self.servers, [], []
+        return servers
 
     def update_priorities(self, idxs, td):
         "Keep `td` for `idxs` until `send`; checked now, so bad feedback fails at the update that made it."
@@ -399,7 +413,7 @@ class ApexRun:
         servers = [ray.remote(ReplayServer).options(num_cpus=d['replay_cpus'], scheduling_strategy=beside).remote(
             self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
                    for k in range(c['replay_shards'])]
-        self.replay.servers = servers
+        self.replay.connect(servers)
         for k, (s, state) in enumerate(zip(servers, self.replay_state)):
             self.replay.get(k, s.load_state_dict.remote(state))
         actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD',
@@ -419,7 +433,7 @@ class ApexRun:
                                f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
         actors = [dict(a, restarts=r) for a, r in zip(ray.get(refs), self.restarts)]
         self.counted = list(self.restarts)   # Ray counts each start's actors afresh
-        shards = self.replay.places = [self.replay.get(k, s.where.remote()) for k, s in enumerate(servers)]
+        shards = self.replay.locate()
         self.pids, self.calls, self.idle = [a['pid'] for a in actors], {}, list(range(n))
         self.placement = dict(address=ray.get_runtime_context().gcs_address, ray=self.ray,
                               learner=dict(node_id=ray.get_runtime_context().get_node_id(),
@@ -428,8 +442,8 @@ class ApexRun:
 
     def end(self, ray):
         "Kill the actors and shards, and end Ray if this run started it."
-        for a in [*self.actors, *self.replay.servers]: ray.kill(a, no_restart=True)
-        self.replay.servers, self.replay.pending, self.actors, self.calls = [], [], [], {}
+        for a in [*self.actors, *self.replay.disconnect()]: ray.kill(a, no_restart=True)
+        self.actors, self.calls = [], {}
         if self.ray != 'in use': ray.shutdown()   # a joined cluster goes on without this run
 
     def close(self):
@@ -488,10 +502,9 @@ class ApexRun:
                 self.placement['actors'][i] = ray_get(self.actors[i].where.remote(), self.timeout, f'actor {i}')
                 self.count_restarts()
             self.pids[i] = result['pid']
-            self.episodes.frames += result['steps']
+            self.episodes.count(result['steps'], result['returns'] if i == last else ())
             self.actor_steps[i] += result['steps']
-            if i == last: self.episodes.returns += [(self.episodes.frames, r) for r in result['returns']]
-        self.agent.steps = self.actor_steps[last]
+        self.agent.advance_to(self.actor_steps[last])
 
     def batches(self):
         """Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`;
@@ -593,6 +606,8 @@ class ApexRun:
         if len(replay) != len(self.replay_state):
             raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
         for shard, s in zip(self.new_shards(), replay): shard.load_state_dict(s)   # checked by the buffer class itself
+        episodes = dict(frames=state['frames'], returns=state['returns'])
+        self.episodes.check_state(episodes)
         try:
             self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
             self.optimizer.load_state_dict(state['optimizer'])
@@ -600,8 +615,8 @@ class ApexRun:
             raise ValueError(f"checkpoint networks do not fit: {e}") from e
         self.replay_state, self.actor_steps, self.version = replay, list(state['actor_steps']), state['weights_version']
         self.agent.load_state_dict(state['agent'])
-        self.episodes.frames, self.episodes.returns = state['frames'], [tuple(r) for r in state['returns']]
-        self.target_update.steps = self.anneal.steps = state['updates']
+        self.episodes.load_state_dict(episodes)
+        for counter in (self.target_update, self.anneal): counter.load_state_dict(dict(steps=state['updates']))
         if self.anneal.steps:
             self.replay.anneal_beta(min(1., self.anneal.steps / self.anneal.total_steps), self.anneal.final)
         torch.set_rng_state(state['torch_rng'])

@@ -68,6 +68,10 @@ class EpsilonGreedy:
         "Epsilon at the current step."
         return self.end + (self.start - self.end) * max(0., 1 - self.steps / self.decay_steps)
 
+    def advance_to(self, steps:int):
+        "Move the schedule to `steps` env steps, taken elsewhere (by an Ape-X actor, or before a resumed run)."
+        self.steps = check_int('steps', steps, low=0)
+
     def model_input(self, states:torch.Tensor) -> torch.Tensor:
         "What the model sees for a batch of states (the states themselves, here)."
         return states.float()

@@ -163,6 +163,10 @@ class EnvRuns:
         "Make the runs anew from `seed` at their next use: fresh episodes, fresh action RNG."
         self.seed, self.runs = seed, None
 
+    def restored(self, seed:int|None):
+        "The runs were just restored from a saved state: keep them, and the `seed` they were first made from."
+        self.seed = seed
+
 class GymStepper(StepPipe):
     "Step `nenvs` copies of each env id from `source_datapipe`; yield a `SimpleStep` batch per env step."
     def __init__(self,
@@ -207,7 +211,7 @@ class GymStepper(StepPipe):
     def load_state_dict(self, state:dict):
         "Continue every run from `state_dict()`; checked first, so a `ValueError` changes nothing."
         for run, checked in zip(self.envs.get(), self.check_state(state)): run.assign(checked)
-        self.envs.seed = state['seed']
+        self.envs.restored(state['seed'])
 
 # %% ../nbs/02_envs.ipynb #e1ee7fb8
 class StepBudget:
