@@ -16,8 +16,8 @@ from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta
 from .collect import PolicyCopy, Publish
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims
-from .learner import Learner, CHECKPOINT_VERSION
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims, dqn_update
+from .learner import CHECKPOINT_VERSION
 from .checks import check_int, check_number
 
 # %% auto #0
@@ -365,11 +365,11 @@ class ApexRun:
         self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
         self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
-        self.assemble(Batches(self), gamma, max_grad_norm, double=double, tau=tau,
-                      updates=max(1, round(total_steps * replay_ratio)))
+        # the single-process learner's DQN update, after batches from the replay actors
+        self.pipe, self.target_update, self.anneal = dqn_update(
+            Batches(self), self.model, self.target_model, self.optimizer, self.explorer, self.replay, gamma,
+            max_grad_norm, double=double, tau=tau, updates=max(1, round(total_steps * replay_ratio)))
         self.pipe = Publish(self.pipe, self, self.model, every=publish_every)
-
-    assemble = Learner.assemble   # the single-process learner's DQN update, after batches from the replay actor
 
     def new_shards(self) -> list[ReplayServer]:
         "The run's empty replay shards, in this process: shard k seeded with seed + k."

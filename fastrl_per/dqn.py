@@ -5,6 +5,7 @@
 # %% ../nbs/05c_dqn.ipynb #85095dbe
 from __future__ import annotations
 from dataclasses import dataclass
+from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn as nn
@@ -25,7 +26,7 @@ from .nstep import nstep_discount
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
            'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims']
+           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNUpdate', 'dqn_update']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -357,3 +358,30 @@ def discrete_env_dims(env_id:str,
         raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; "
                          f"{env_id!r} has {obs_space}")
     return obs_space.shape[0], int(act_space.n)
+
+# %% ../nbs/05c_dqn.ipynb #cf9780b2
+class DQNUpdate(NamedTuple):
+    "What `dqn_update` chains: the metrics rows, and the stages that count updates (`anneal`: None without feedback)."
+    pipe: TrainMetrics
+    target_update: TargetUpdate
+    anneal: AnnealBeta | None
+
+def dqn_update(samples, # yields sampled batches (a buffer's pipe, or batches fetched from replay actors)
+               model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimizer,
+               explorer:EpsilonGreedy, # whose epsilon the metrics report
+               replay, # the buffer the batches come from: beta for the metrics, and priority feedback
+               gamma:float, max_grad_norm:float|None, double:bool=False, target_every:int|None=None,
+               tau:float|None=None, per_id:bool=False, # feedback: one priority per id (an episode's), the max
+               updates:int|None=None, # planned updates: with it, priority feedback and beta annealing over them
+               device:torch.device|None=None, # the networks' device (None: where the batches are)
+               ) -> DQNUpdate:
+    "The DQN update chained after `samples`."
+    if device is not None and device.type != 'cpu': samples = ToDevice(samples, device)
+    pipe = TDTargets(OnlineQ(samples, model, double), target_model, gamma)
+    pipe = OptimizerStep(WeightedLoss(pipe), optimizer, max_grad_norm)
+    pipe = target_update = TargetUpdate(pipe, model, target_model, every=target_every, tau=tau)
+    anneal = None
+    if updates is not None:
+        pipe = PriorityFeedback(pipe, replay, per_id=per_id)
+        pipe = anneal = AnnealBeta(pipe, updates, buffer=replay)
+    return DQNUpdate(TrainMetrics(pipe, explorer, buffer=replay), target_update, anneal)

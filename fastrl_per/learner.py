@@ -14,9 +14,7 @@ from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .priorities import kind_defaults
-from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, OnlineQ, TDTargets, WeightedLoss, OptimizerStep,
-                            TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics, discrete_env_dims, adam,
-                            pick_device, ToDevice)
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, adam, pick_device, dqn_update
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
 from .core import SimpleStep
@@ -160,15 +158,9 @@ class Learner:
                  tau:float|None=None, per_id:bool=False, updates:int|None=None):
         ("Chain the DQN update after `samples` (moved to the networks' device); with `updates`, priority feedback "
          "to `self.replay` and beta annealing over that many.")
-        if self.device.type != 'cpu': samples = ToDevice(samples, self.device)
-        pipe = TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma)
-        pipe = OptimizerStep(WeightedLoss(pipe), self.optimizer, max_grad_norm)
-        pipe = self.target_update = TargetUpdate(pipe, self.model, self.target_model, every=target_every, tau=tau)
-        self.anneal = None
-        if updates is not None:
-            pipe = PriorityFeedback(pipe, self.replay, per_id=per_id)
-            pipe = self.anneal = AnnealBeta(pipe, updates, buffer=self.replay)
-        self.pipe = TrainMetrics(pipe, self.explorer, buffer=self.replay)
+        self.pipe, self.target_update, self.anneal = dqn_update(
+            samples, self.model, self.target_model, self.optimizer, self.explorer, self.replay, gamma, max_grad_norm,
+            double, target_every, tau, per_id, updates, self.device)
 
     def iterate(self, steps:int):
         ("Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row "
