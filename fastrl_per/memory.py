@@ -187,13 +187,20 @@ class RingStorage:
                  max_sz:int, # rows kept
                  declared:dict|None=None): # the column schema the first write must fit (`declared_schema`); None: any
         check_int('max_sz', max_sz)
-        self.max_sz, self.n_added, self.rows, self.declared = max_sz, 0, None, declared
+        self.max_sz, self.n_added, self.declared = max_sz, 0, declared
         self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
+        self._hold(None)
+
+    def _hold(self, rows:np.ndarray|None):
+        "Keep `rows`, and the same memory as raw records for `gather` (numpy copies a record of fields field by field)."
+        self.rows, self._records = rows, None if rows is None else rows.view(np.dtype((np.void, rows.dtype.itemsize)))
+
+    def __getstate__(self): return {k: v for k, v in vars(self).items() if k != '_records'}   # a view: remade
+    def __setstate__(self, state): self.__dict__.update(state); self._hold(self.rows)
 
     def _allocate(self, columns:dict):
         "Zeroed rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps."
-        self.rows = np.zeros(self.max_sz, packed_dtype(columns))
-        self._record = np.dtype((np.void, self.rows.dtype.itemsize))   # one row as raw bytes, for `gather`
+        self._hold(np.zeros(self.max_sz, packed_dtype(columns)))
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
@@ -254,8 +261,8 @@ class RingStorage:
 
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
-        records = self.rows.view(self._record).take(idxs)   # raw bytes: numpy copies records of fields field by field
-        return RowBatch(np.ndarray(len(records), self.rows.dtype, records), self.layout, self.extra_fields)
+        records = self._records.take(idxs)
+        return RowBatch(np.ndarray(records.shape, self.rows.dtype, records), self.layout, self.extra_fields)
 
     def state(self) -> dict|None:
         "A contiguous copy of every column as tensors, or None before the first write."
@@ -263,7 +270,8 @@ class RingStorage:
 
     def load(self, n_added:int, columns:dict|None):
         "Replace everything with `n_added` and full-length `columns` as `state` gives them (checked by the caller)."
-        self.n_added, self.rows = n_added, None
+        self.n_added = n_added
+        self._hold(None)
         if columns is None: return
         columns = {n: c.numpy() for n, c in columns.items()}
         self._allocate(columns)

@@ -279,6 +279,8 @@ def draw(self:RankHeap, rng:np.random.Generator, bs:int, alpha:float, beta:float
 
 
 # %% ../nbs/04b_priorities.ipynb #ea5cfe14
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+
 @njit(cache=True)
 def _first_bad(keys, errors, stored):
     "The first position whose error is not finite or whose key is outside [0, stored) (stored < 0: any key); -1: none."
@@ -308,11 +310,11 @@ def feedback_arrays(idxs, # integer keys, tensor, array or sequence
     idxs = idxs.numpy(force=True) if isinstance(idxs, torch.Tensor) else np.asarray(idxs)   # shares memory if it can
     errors = errors.numpy(force=True) if isinstance(errors, torch.Tensor) else np.asarray(errors)
     if idxs.ndim != 1 or idxs.shape != errors.shape: idxs, errors = _paired(idxs, errors, names, column)
-    if idxs.dtype != np.int64:
+    if idxs.dtype is not _INT64:   # numpy's own int64 and float64 are single objects: `is` is the quick test
         if len(idxs) and idxs.dtype.kind not in 'iu':
             raise ValueError(f"{names[0]} must be integer keys, got {idxs.dtype}: {idxs[:3]}")
         idxs = idxs.astype(np.int64)
-    if errors.dtype != np.float64: errors = errors.astype(np.float64)
+    if errors.dtype is not _FLOAT64: errors = errors.astype(np.float64)
     bad = _first_bad(idxs, errors, -1 if stored is None else stored)   # one pass for both checks
     if bad >= 0 and not np.isfinite(errors[bad]): raise ValueError(f"{names[1]} must be finite, got {errors[bad]!r}")
     if bad >= 0: raise ValueError(f"{names[0]}: {idxs[bad]} is not a written slot (the buffer holds {stored})")
