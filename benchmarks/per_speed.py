@@ -470,14 +470,16 @@ def main(argv=None):
     # --- the shell over the core: what the buffer adds to the priority core's own draw and update
     core, core_rng = ours.prioritizer, np.random.default_rng(args.seed + 1)
     def core_step(bs):
+        td = [t[:bs] for t in tds_np]   # sliced before timing, as for the buffer: neither times the slicing
         def f(i):
-            keys, _ = core.draw(core_rng, bs); core.update(keys, tds_np[i % 64][:bs])
+            keys, _ = core.draw(core_rng, bs); core.update(keys, td[i % 64])
         return f
     def shell_step(bs, read=False):
+        td = [t[:bs] for t in tds]
         def f(i):
             batch = ours.sample(bs)
             if read: read_fields(batch)
-            ours.update_priorities(batch.idxs, tds[i % 64][:bs])
+            ours.update_priorities(batch.idxs, td[i % 64])
         return f
     shell = {}
     for bs in (1, 256):

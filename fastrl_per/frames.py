@@ -52,6 +52,7 @@ class FrameStorage:
         self.rows = self.newest = self.state_end = self.oldest = self.stamp = self.frames = self.prev = self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
 
+    declared = None   # no schema declared up front: the first write fixes it
     sz, idx, cycle = RingStorage.sz, RingStorage.idx, RingStorage.cycle  # the trackers, from `n_added` and `max_sz`
     @property
     def first_frame(self):
@@ -308,6 +309,7 @@ class PrioritizedFrameReplayBuffer(PrioritizedReplayBuffer):
                  max_sz:int=100, # transitions kept; the oldest are overwritten first
                  frame_slots:int|None=None, # frames kept (None: `FrameStorage`'s default)
                  **kwargs): # `PrioritizedReplayBuffer`'s: bs, alpha, beta, eps, seed
+        if 'schema' in kwargs: raise TypeError("a frame buffer takes no schema: its first write fixes it")
         super().__init__(max_sz=max_sz, **kwargs)
         self.storage = FrameStorage(max_sz, frame_slots)
 

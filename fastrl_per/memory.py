@@ -10,15 +10,16 @@ from operator import attrgetter
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
-from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, flatten_fields, unflatten_fields
+from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor
 from .checks import check_int, save_atomically
 
 
 # %% auto #0
 __all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema', 'check_lengths',
-           'check_columns', 'as_steps', 'RowBatch', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
-           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'ReplayBuffer', 'ExperienceReplay']
+           'check_columns', 'as_steps', 'field_schema', 'declared_schema', 'RowBatch', 'RingStorage', 'MemoryView',
+           'locked', 'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'ReplayBuffer',
+           'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -117,6 +118,42 @@ def as_steps(steps, fields:dict, batch:bool):
     return step
 
 
+# %% ../nbs/03_memory.ipynb #808c52b0
+def field_schema(spec):
+    """One declared field as `(dtype, shape)`: from a `(dtype, shape)` pair (a numpy or torch dtype) or anything with a
+    `dtype` and a `shape` (a gymnasium space, an example array); a dict or a `Dict` space key by key."""
+    spaces = spec if isinstance(spec, Mapping) else getattr(spec, 'spaces', None)
+    if isinstance(spaces, Mapping): return {k: field_schema(s) for k, s in spaces.items()}
+    if hasattr(spec, 'dtype'): dtype, shape = spec.dtype, spec.shape
+    elif isinstance(spec, tuple) and len(spec) == 2: dtype, shape = spec
+    else: dtype = shape = None
+    if isinstance(dtype, torch.dtype): dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    try:
+        if dtype is None or shape is None: raise TypeError
+        dtype, shape = np.dtype(dtype), tuple(shape)
+    except TypeError:
+        raise ValueError(f"a declared field is (dtype, shape), a gymnasium space or a dict of them, "
+                         f"got {spec!r}") from None
+    return np.dtype(np.float32) if dtype.kind == 'f' else dtype, shape
+
+def declared_schema(fields:Mapping) -> dict:
+    """The column schema `{column: (dtype, shape)}` that a buffer declared with `fields` stores (see `field_schema`):
+    `next_state` as `state` unless given, the one-number fields as the record keeps them; a `ValueError` otherwise."""
+    fields = {n: field_schema(s) for n, s in fields.items()}
+    missing, clash = [n for n in ('state', 'action') if n not in fields], sorted(set(fields) & set(RESERVED))
+    if missing or clash:
+        raise ValueError(f"a declared schema needs state and action and may not use {list(RESERVED)}: "
+                         f"{'missing ' + str(missing) if missing else 'got ' + str(clash)}")
+    numbers = {n: (torch.empty(0, dtype=d).numpy().dtype, ()) for n, d in FIELD_DTYPES.items()}
+    for n in numbers.keys() & fields.keys():
+        if fields[n] != numbers[n]:
+            raise ValueError(f"field {n!r} is stored as {describe({n: numbers[n]})}, "
+                             f"declared {describe({n: fields[n]})}")
+    fields = {**numbers, 'next_state': fields['state'], **fields}
+    schema = flatten_fields({n: fields[n] for n in (*STEP_FIELDS, *(n for n in fields if n not in STEP_FIELDS))})
+    check_schema(schema)
+    return schema
+
 # %% ../nbs/03_memory.ipynb #04085711
 class RowBatch(SimpleStep):
     "A batch gathered from packed rows: each field becomes a tensor (a view into the gathered rows) when first read."
@@ -146,14 +183,24 @@ class RowBatch(SimpleStep):
 
 class RingStorage:
     "`max_sz` packed rows of fields, preallocated on the first write and overwritten oldest first."
-    def __init__(self, max_sz:int):
+    def __init__(self,
+                 max_sz:int, # rows kept
+                 declared:dict|None=None): # the column schema the first write must fit (`declared_schema`); None: any
         check_int('max_sz', max_sz)
-        self.max_sz, self.n_added, self.rows = max_sz, 0, None
+        self.max_sz, self.n_added, self.declared = max_sz, 0, declared
         self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
+        self._hold(None)
+
+    def _hold(self, rows:np.ndarray|None):
+        "Keep `rows`, and the same memory as raw records for `gather` (numpy copies a record of fields field by field)."
+        self.rows, self._records = rows, None if rows is None else rows.view(np.dtype((np.void, rows.dtype.itemsize)))
+
+    def __getstate__(self): return {k: v for k, v in vars(self).items() if k != '_records'}   # a view: remade
+    def __setstate__(self, state): self.__dict__.update(state); self._hold(self.rows)
 
     def _allocate(self, columns:dict):
         "Zeroed rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps."
-        self.rows = np.zeros(self.max_sz, packed_dtype(columns))
+        self._hold(np.zeros(self.max_sz, packed_dtype(columns)))
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
@@ -180,7 +227,7 @@ class RingStorage:
 
     def check(self, columns:dict):
         "Raise a `ValueError` if `columns` do not fit the stored ones (see `check_columns`); return their row count."
-        return check_columns(columns, None if self.rows is None else self.schema)
+        return check_columns(columns, self.declared if self.rows is None else self.schema)
 
     def write(self, columns:dict) -> np.ndarray:
         "Write rows (checked with `check`) at the ring's head in one call; return their slots."
@@ -214,7 +261,8 @@ class RingStorage:
 
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
-        return RowBatch(np.take(self.rows, idxs), self.layout, self.extra_fields)
+        records = self._records.take(idxs)
+        return RowBatch(np.ndarray(records.shape, self.rows.dtype, records), self.layout, self.extra_fields)
 
     def state(self) -> dict|None:
         "A contiguous copy of every column as tensors, or None before the first write."
@@ -222,7 +270,8 @@ class RingStorage:
 
     def load(self, n_added:int, columns:dict|None):
         "Replace everything with `n_added` and full-length `columns` as `state` gives them (checked by the caller)."
-        self.n_added, self.rows = n_added, None
+        self.n_added = n_added
+        self._hold(None)
         if columns is None: return
         columns = {n: c.numpy() for n, c in columns.items()}
         self._allocate(columns)
@@ -239,7 +288,10 @@ class RingStorage:
             check_tensor(f'column {n}', c, self.max_sz, FIELD_DTYPES.get(n), one_d=n in FIELD_DTYPES)
             if c.is_floating_point() and c.dtype != torch.float32:
                 raise ValueError(f"state column {n!r} has dtype {c.dtype}: floating fields are stored as float32")
-        check_schema({n: (c.numpy().dtype, tuple(c.shape[1:])) for n, c in columns.items()})
+        saved = {n: (c.numpy().dtype, tuple(c.shape[1:])) for n, c in columns.items()}
+        check_schema(saved)
+        if self.declared is not None and saved != self.declared:
+            raise ValueError(f"state columns {describe(saved)} are not the declared schema {describe(self.declared)}")
 
     def nbytes(self): return 0 if self.rows is None else self.rows.nbytes
 
@@ -308,11 +360,13 @@ class ReplayBuffer(BufferCore):
     def __init__(self,
                  max_sz:int=100, # transitions kept; the oldest are overwritten first
                  bs:int=1, # default batch size of `sample`
-                 seed:int|None=None): # seeds the sampler
+                 seed:int|None=None, # seeds the sampler
+                 schema:dict|None=None): # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
         check_int('max_sz', max_sz); check_int('bs', bs)
         if bs > max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({max_sz})")
+        declared = None if schema is None else declared_schema(schema)
         super().__init__()
-        self.bs, self.storage, self.rng = bs, RingStorage(max_sz), np.random.default_rng(seed)
+        self.bs, self.storage, self.rng = bs, RingStorage(max_sz, declared), np.random.default_rng(seed)
         self._unhooked = 0  # single steps written since `_written` last ran
 
     @property
@@ -346,8 +400,9 @@ class ReplayBuffer(BufferCore):
 
     @property
     def schema(self) -> dict|None:
-        "`{column: (dtype, per-transition shape)}` fixed by the first write (a dict field as `name.key`); None before."
-        return None if self.storage.rows is None else dict(self.storage.schema)
+        "`{column: (dtype, shape per transition)}`, declared or set by the first write (dicts as `name.key`), or None."
+        schema = self.storage.declared if self.storage.rows is None else self.storage.schema
+        return None if schema is None else dict(schema)
 
     def _add_one(self, step:SimpleStep) -> np.ndarray:
         "Write one step now; `_written` runs for it with the next batch of single steps."
@@ -370,16 +425,16 @@ class ReplayBuffer(BufferCore):
         if bs > len(self): raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {len(self)}")
         return self.rng.choice(len(self), size=bs, replace=False), np.ones(bs, np.float32)
 
-    @locked
     def sample(self,
                bs:int|None=None, # batch size; None: the buffer's `bs`
                device=None) -> SimpleStep: # where the batch's tensors go (the storage stays on the host); None: host
         "A batch of `bs` stored steps carrying `idxs` (their slots) and `weights`, on `device`."
         bs = self.bs if bs is None else check_int('bs', bs)
-        if not self.storage.n_added: raise ValueError("cannot sample from an empty replay buffer")
-        if self._unhooked: self.flush()
-        idxs, weights = self._draw(bs)
-        batch = self.storage.gather(idxs)
+        with self.lock:   # held here rather than by @locked: a learner calls this every step, and a wrapper costs
+            if not self.storage.n_added: raise ValueError("cannot sample from an empty replay buffer")
+            if self._unhooked: self.flush()
+            idxs, weights = self._draw(bs)
+            batch = self.storage.gather(idxs)
         batch.idxs, batch.weights = torch.from_numpy(idxs.astype(np.int64, copy=False)), torch.from_numpy(weights)
         copy = None if device is None else copier(device)
         return batch if copy is None else batch._map(copy)

@@ -5,22 +5,13 @@
 # %% ../nbs/05_per.ipynb #bdb8eed4
 from __future__ import annotations
 import numpy as np
-from .memory import ReplayBuffer, ExperienceReplay, locked
+from .memory import ReplayBuffer, ExperienceReplay
 from .priorities import Priorities, PriorityKnobs, feedback_arrays
 
 # %% auto #0
-__all__ = ['td_column', 'PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
+__all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
-def td_column(idxs, td_errors):
-    "`td_errors` as one value per idx: (B,) or (B, 1), tensor or array, for (B,) `idxs`; else a `ValueError`."
-    shape, want = (tuple(x.shape) if hasattr(x, 'shape') else np.shape(x) for x in (td_errors, idxs))
-    if len(want) != 1 or shape not in (want, (*want, 1)):
-        raise ValueError(f"td_errors of shape {shape} do not pair with idxs of shape {want}: one TD error per idx, "
-                         f"shaped {want} or {(*want, 1)}")
-    if len(shape) == 1: return td_errors
-    return td_errors.reshape(want) if hasattr(td_errors, 'reshape') else np.reshape(td_errors, want)
-
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     "A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: drawn in proportion to priority."
     schema_version = 2
@@ -32,8 +23,9 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to every |TD error| so each transition stays drawable
                  seed:int|None=None, # seeds the sampler
-                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
-        super().__init__(max_sz=max_sz, bs=bs, seed=seed)
+                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 schema:dict|None=None): # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
+        super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema)
         self._core = Priorities(max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization)
 
     @property
@@ -51,16 +43,14 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def _written(self, start, n): self._core.add(start, n)
     def _draw(self, bs): return self._core.draw(self.rng, bs)
 
-    @locked
     def update_priorities(self,
                           idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
                           td_errors): # signed TD error per slot, (B,) or (B, 1), torch or numpy; its magnitude is kept
         "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins; stale updates are dropped)."
-        idxs, td = feedback_arrays(idxs, td_column(idxs, td_errors))
-        if len(idxs) and not idxs.view(np.uint64).max() < len(self):   # one pass: a negative idx is a huge unsigned one
-            raise ValueError(f"idx {idxs.min() if idxs.min() < 0 else idxs.max()} is not a written slot (the buffer holds {len(self)})")
-        if self._unhooked: self.flush()
-        self._core.update(idxs, td)
+        with self.lock:   # held here rather than by @locked, as in `sample`
+            idxs, td = feedback_arrays(idxs, td_errors, stored=self.storage.sz, column=True)
+            if self._unhooked: self.flush()
+            self._core.update(idxs, td)
 
     # The state: the ring's, plus the core's at the written slots
     def state_dict(self) -> dict:

@@ -10,7 +10,7 @@ import torch
 from fastcore.basics import patch
 from numba import njit
 from .sumtree import SumTree, last_writes, checked_leaves
-from .checks import check_int, check_number, as_numpy
+from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta', 'kind_defaults', 'Priorities', 'RankHeap',
@@ -279,14 +279,46 @@ def draw(self:RankHeap, rng:np.random.Generator, bs:int, alpha:float, beta:float
 
 
 # %% ../nbs/04b_priorities.ipynb #ea5cfe14
-def feedback_arrays(idxs, errors, names=('idxs', 'td_errors')) -> tuple:
-    "`idxs` as int64 and `errors` as float64 1-d arrays of one length; a `ValueError` naming what is wrong otherwise."
-    idxs, errors = as_numpy(idxs), as_numpy(errors, np.float64)
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+
+@njit(cache=True)
+def _first_bad(keys, errors, stored):
+    "The first position whose error is not finite or whose key is outside [0, stored) (stored < 0: any key); -1: none."
+    for k in range(len(keys)):
+        if not np.isfinite(errors[k]) or (stored >= 0 and not 0 <= keys[k] < stored): return k
+    return -1
+
+def _paired(idxs, errors, names, column:bool) -> tuple:
+    "`feedback_arrays`' shapes when not two 1-d arrays of one length: (B,) and (B, 1) if `column`, else an error."
+    want, shape = idxs.shape, errors.shape
+    if column:
+        if len(want) == 1 and shape == (*want, 1): return idxs, errors.reshape(want)
+        raise ValueError(f"{names[1]} of shape {shape} do not pair with {names[0]} of shape {want}: "
+                         f"one TD error per idx, shaped {want} or {(*want, 1)}")
+    idxs, errors = np.atleast_1d(idxs), np.atleast_1d(errors)   # a pair of numbers is a pair of 1-element arrays
     if idxs.ndim != 1 or idxs.shape != errors.shape:
-        raise ValueError(f"got {idxs.size} {names[0]} but {errors.size} {names[1]}: they must pair up as two 1-d arrays of one length")
-    if len(idxs) and idxs.dtype.kind not in 'iu': raise ValueError(f"{names[0]} must be integer keys, got {idxs.dtype}: {idxs[:3]}")
-    if len(errors) and not np.isfinite(errors).all(): raise ValueError(f"{names[1]} must be finite, got {errors[~np.isfinite(errors)][0]!r}")
-    return idxs.astype(np.int64, copy=False), errors
+        raise ValueError(f"got {idxs.size} {names[0]} but {errors.size} {names[1]}: "
+                         f"they must pair up as two 1-d arrays of one length")
+    return idxs, errors
+
+def feedback_arrays(idxs, # integer keys, tensor, array or sequence
+                    errors, # one number per key
+                    names=('idxs', 'td_errors'), # what the caller calls them, for the messages
+                    stored:int|None=None, # keys must lie in [0, stored); None: any int
+                    column:bool=False) -> tuple: # errors may also be a (B, 1) column, as a loss's `gather` gives it
+    "`idxs` as int64 and `errors` as float64 1-d arrays of one length; a `ValueError` naming what is wrong otherwise."
+    idxs = idxs.numpy(force=True) if isinstance(idxs, torch.Tensor) else np.asarray(idxs)   # shares memory if it can
+    errors = errors.numpy(force=True) if isinstance(errors, torch.Tensor) else np.asarray(errors)
+    if idxs.ndim != 1 or idxs.shape != errors.shape: idxs, errors = _paired(idxs, errors, names, column)
+    if idxs.dtype is not _INT64:   # numpy's own int64 and float64 are single objects: `is` is the quick test
+        if len(idxs) and idxs.dtype.kind not in 'iu':
+            raise ValueError(f"{names[0]} must be integer keys, got {idxs.dtype}: {idxs[:3]}")
+        idxs = idxs.astype(np.int64)
+    if errors.dtype is not _FLOAT64: errors = errors.astype(np.float64)
+    bad = _first_bad(idxs, errors, -1 if stored is None else stored)   # one pass for both checks
+    if bad >= 0 and not np.isfinite(errors[bad]): raise ValueError(f"{names[1]} must be finite, got {errors[bad]!r}")
+    if bad >= 0: raise ValueError(f"{names[0]}: {idxs[bad]} is not a written slot (the buffer holds {stored})")
+    return idxs, errors
 
 @patch
 def update(self:Priorities,

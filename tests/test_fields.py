@@ -289,3 +289,87 @@ def test_any_extra_fields_round_trip(extras, chunks, max_sz, prioritized, seed):
     other = type(buf)(max_sz=max_sz)
     other.load_state_dict(buf.state_dict())
     assert other.memory[:] == stored
+
+
+# ---------------------------------------------------------------- a schema declared up front
+
+def _declared(kind, **more):
+    import gymnasium as gym
+    obs = gym.spaces.Dict(pos=gym.spaces.Box(-np.inf, np.inf, (2,)), img=gym.spaces.Box(0, 255, (2, 2), np.uint8))
+    return kind(max_sz=16, bs=4, seed=0, schema=dict(state=obs, action=(np.float32, (2,)), logp=(np.float64, ()),
+                                                     goal=(torch.int64, (2,)), mask=(bool, (3,)), code=(np.uint8, ()),
+                                                     **more))
+
+
+@pytest.mark.parametrize('kind', [ReplayBuffer, PrioritizedReplayBuffer])
+def test_declared_schema_checks_the_first_write(kind):
+    buf = _declared(kind)
+    declared = buf.schema
+    assert declared['state.img'] == (np.dtype(np.uint8), (2, 2))
+    assert declared['next_state.pos'] == (np.dtype(np.float32), (2,))
+    assert declared['logp'] == (np.dtype(np.float32), ()) and declared['reward'] == (np.dtype(np.float32), ())
+    cols = transitions(kind, 4)
+    before = buf.state_dict()
+    with pytest.raises(ValueError, match=r"'goal' has shape \(1,\) per step, the buffer stores \(2,\)"):
+        buf.extend(**dict(cols, goal=cols['goal'][:, :1]))
+    with pytest.raises(ValueError, match=r"\['extra'\] are not in the buffer's schema"):
+        buf.add(**dict(row(cols, 0), extra=1.))
+    with pytest.raises(ValueError, match=r"'code' has dtype int64, the buffer stores uint8"):
+        buf.add(**dict(row(cols, 0), code=3))
+    assert len(buf) == 0 and buf.schema == declared
+    assert_same_state(buf.state_dict(), before)
+    buf.extend(**cols)          # the write the declaration describes
+    buf.add(**row(cols, 1))
+    assert len(buf) == 5 and buf.schema == declared
+    check_batch(buf.sample(4), {n: {k: np.concatenate([a, a[1:2]]) for k, a in v.items()} if isinstance(v, dict)
+                                else np.concatenate([v, v[1:2]]) for n, v in cols.items()}, kind)
+
+
+@pytest.mark.parametrize('kind', [ReplayBuffer, PrioritizedReplayBuffer])
+def test_declared_schema_and_states(kind):
+    "A declared buffer loads a state of its schema and an empty one (keeping the declaration); no other."
+    buf = _declared(kind)
+    empty = buf.state_dict()
+    buf.extend(**transitions(kind, 4))
+    other = _declared(kind)
+    other.load_state_dict(buf.state_dict())
+    assert_same_state(other.state_dict(), buf.state_dict())
+    other.load_state_dict(empty)
+    assert len(other) == 0 and other.schema == buf.schema
+    undeclared = filled(kind, n=4, max_sz=16)[0]   # the declared fields, but not the extra one `narrow` declares
+    narrow = _declared(kind, extra=(np.float32, ()))
+    before = narrow.state_dict()
+    with pytest.raises(ValueError, match='are not the declared schema'): narrow.load_state_dict(undeclared.state_dict())
+    assert_same_state(narrow.state_dict(), before)
+
+
+def test_declared_schema_from_a_vector_envs_spaces():
+    import gymnasium as gym
+    envs = gym.make_vec('Pendulum-v1', 4)
+    buf = PrioritizedReplayBuffer(max_sz=32, seed=0, schema=dict(state=envs.single_observation_space,
+                                                                 action=envs.single_action_space))
+    obs, _ = envs.reset(seed=0)
+    with pytest.raises(ValueError, match=r"'state' has shape \(2,\) per step, the buffer stores \(3,\)"):
+        buf.add(state=obs[0, :2], action=np.zeros(1, np.float32), reward=0., next_state=obs[0, :2], terminated=False)
+    assert len(buf) == 0
+    action = envs.action_space.sample()
+    nobs, reward, terminated, truncated, _ = envs.step(action)
+    slots = buf.extend(state=obs, action=action, reward=reward, next_state=nobs, terminated=terminated,
+                       truncated=truncated)
+    envs.close()
+    assert slots.tolist() == [0, 1, 2, 3] and buf.sample(2).action.shape == (2, 1)
+
+
+def test_bad_declarations_and_frame_buffers():
+    with pytest.raises(ValueError, match="missing \\['action'\\]"): ReplayBuffer(schema=dict(state=(np.float32, (3,))))
+    with pytest.raises(ValueError, match="may not use"):
+        ReplayBuffer(schema=dict(state=(np.float32, (3,)), action=(np.int64, ()), idxs=(np.int64, ())))
+    with pytest.raises(ValueError, match="'terminated' is stored as {terminated: bool\\[\\]}"):
+        ReplayBuffer(schema=dict(state=(np.float32, (3,)), action=(np.int64, ()), terminated=(np.float32, ())))
+    with pytest.raises(ValueError, match='a declared field is'):
+        PrioritizedReplayBuffer(schema=dict(state='float32', action=(np.int64, ())))
+    with pytest.raises(ValueError, match="'reward' is stored as"):   # a one-number field holds one number
+        ReplayBuffer(schema=dict(state=(np.float32, (3,)), action=(np.int64, ()), reward=(np.float32, (2,))))
+    frames = dict(state=(np.uint8, (4, 2, 2)), action=(np.int64, ()))
+    with pytest.raises(TypeError, match='schema'): PrioritizedFrameReplayBuffer(schema=frames)
+    with pytest.raises(TypeError, match='schema'): FrameReplayBuffer(schema=frames)

@@ -100,6 +100,16 @@ def test_sample_distinct_rows_equal_memory():
     assert len(er.sample(40)) == 40
 
 
+
+def test_copies_sample_their_own_rows():
+    "A copied or pickled buffer samples from its own rows: the raw view `gather` reads is remade, not copied apart."
+    import copy, pickle
+    er = filled(8, max_sz=8, bs=8, seed=0)
+    for other in (copy.deepcopy(er), pickle.loads(pickle.dumps(er))):
+        other.add(SimpleStep.from_steps([make_step(100 + i) for i in range(8)]))    # overwrites every slot of the copy
+        assert sorted(other.sample(8).step_n.tolist()) == list(range(100, 108))
+    assert sorted(er.sample().step_n.tolist()) == list(range(8))
+
 def test_sample_reaches_every_slot():
     er = filled(100, max_sz=30, seed=0)
     hits = set()
