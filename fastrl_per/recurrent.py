@@ -44,15 +44,15 @@ class RecurrentQNetwork(nn.Module):
 
     def unroll(self,
                x, # `B × T × d` sequences, or `B × d` single steps (read as `T = 1`)
-               state:torch.Tensor|None=None, # `B × 4 × 128`: h and c of the first LSTM, then of the second; None: zeros
-               lengths:torch.Tensor|None=None, # steps of each sequence to read, at least 1 (the rest is padding); None: all `T`
+               state:torch.Tensor|None=None, # `B × 4 × 128`: h, c of the first LSTM, then of the second; None: zeros
+               lengths:torch.Tensor|None=None, # steps of each sequence to read, at least 1 (then padding); None: all
               )->tuple[torch.Tensor, torch.Tensor]: # `B × T × A` Q values at every step, the state after
         "Q values at every step of `x` read from `state`, and the state after each sequence's last step"
         h, state = self.encode(x, state, lengths)
         return self.head(h), state
 
     def encode(self, x, state=None, lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
-        "What `unroll` gives before the head: the second LSTM's `B × T × 128` output (0 past `lengths`), the state after"
+        "`unroll` before the head: the second LSTM's `B × T × 128` output (0 past `lengths`), the state after"
         w = self.head[0].weight
         x = torch.as_tensor(x, dtype=w.dtype, device=w.device)
         if x.ndim not in (2, 3) or x.shape[-1] != self.obs_dim or (x.ndim == 3 and x.shape[1] == 0):

@@ -187,7 +187,7 @@ def _gather(self:SequenceReplay, slots, offsets, length) -> SimpleStep:
 @patch
 def _gather_steps(self:SequenceReplay, slots, steps) -> SimpleStep:
     "Steps `steps[i]` of the episode in `slots[i]`, as a batch shaped like `steps`."
-    steps = np.clip(steps, 0, self._lengths[slots][:, None] - 1)   # before the start: the first step again; past the end: the last
+    steps = np.clip(steps, 0, self._lengths[slots][:, None] - 1)  # before the start: the first; past the end: the last
     rows = self._starts[slots][:, None] + steps
     return self.storage.gather(rows % self.capacity)
 
@@ -221,7 +221,7 @@ class PrioritizedBatch:
     chunks: SimpleStep     # batch_size × length × field shape
     indices: torch.Tensor  # int64 stable id of the episode each chunk came from
     weights: torch.Tensor  # float32 importance-sampling weights, at most 1
-    mask: torch.Tensor|None = None  # bool batch_size × length: the rows that are steps of the episode (`sample_sequences`)
+    mask: torch.Tensor|None = None  # bool batch_size × length: which rows are steps of the episode (sample_sequences)
     def __iter__(self): return iter((self.chunks, self.indices, self.weights))
     def __len__(self): return len(self.indices)
     def to(self, device):
@@ -286,7 +286,7 @@ def priorities(self:PrioritizedSequenceReplay, ids=None) -> np.ndarray:
 # %% ../nbs/09_sequence.ipynb #c2f3e5ae
 @patch
 def _draw(self:PrioritizedSequenceReplay, batch_size, shortest):
-    "Slots of `batch_size` episodes of at least `shortest` transitions drawn in proportion to priority ** alpha, and their weights."
+    "Slots of `batch_size` episodes of at least `shortest` steps drawn by priority ** alpha, and their weights."
     self._check_sample(batch_size, shortest)
     if shortest != self.tree_length:
         relay = self.shortest < max(shortest, self.tree_length)  # else every episode is eligible both ways
@@ -415,7 +415,8 @@ class SequenceReplayPipe(IterDataPipe):
                  warmup:int=1): # transitions stored before the first batch
         if not isinstance(buffer, SequenceReplay): raise ValueError(f"buffer must be a SequenceReplay, got {type(buffer).__name__}")
         if (pad or burn_in is not None) and not isinstance(buffer, PrioritizedSequenceReplay):
-            raise ValueError(f"{'pad' if pad else 'burn_in'} needs a PrioritizedSequenceReplay, got {type(buffer).__name__}")
+            what = 'pad' if pad else 'burn_in'
+            raise ValueError(f"{what} needs a PrioritizedSequenceReplay, got {type(buffer).__name__}")
         check_int('bs', bs); check_int('length', length); check_int('every', every); check_int('warmup', warmup)
         if burn_in is not None: check_int('burn_in', burn_in, low=0)
         self.source_datapipe, self.buffer, self.bs, self.length, self.every, self.pad = source_datapipe, buffer, bs, length, every, pad
@@ -443,11 +444,11 @@ def sample_sequences(self:PrioritizedSequenceReplay,
                      batch_size:int, # sequences in the batch
                      length:int, # steps per sequence that are trained on
                      burn_in:int=0): # steps before them that only advance a recurrent state
-    "Sequences of `burn_in + length` rows, with a `mask` of the rows that are steps; episodes drawn in proportion to priority ** alpha."
+    "Sequences of `burn_in + length` rows and a `mask` of the rows that are steps; episodes drawn by priority ** alpha."
     check_int('length', length); check_int('burn_in', burn_in, low=0)
     slots, weights = self._draw(batch_size, 1)
     n = self._lengths[slots]
-    start = self.rng.integers(0, n)                           # the first step trained on, uniform over the episode's steps
+    start = self.rng.integers(0, n)                           # the first step trained on, uniform over the episode
     first = np.maximum(start - burn_in, 0)                    # the burn-in's first step
     burn, train = np.arange(burn_in), np.arange(length)
     mask = np.concatenate([burn < (start - first)[:, None], start[:, None] + train < n[:, None]], 1)
