@@ -332,7 +332,7 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
 
 # %% ../nbs/07_train.ipynb #ce327b7e
 def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
-    "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent one); `video_dir`: record them there."
+    "Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its carried state, for a recurrent one); `video_dir`: record them there."
     if video_dir is None: env = make_env(env_id)
     else:
         if not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
@@ -363,7 +363,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
         raise ValueError(f"--eval-seed {eval_seed} would evaluate on the training env's seeds ({seed} to {seed + total}); choose one outside them")
 
 def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
-    "Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and window stay as they are."
+    "Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and carried state stay as they are."
     return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
 
 def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int):
@@ -503,7 +503,7 @@ def apex_class(model:str) -> type:
 
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
-          model:str|None=None, # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
+          model:str|None=None, # 'mlp' Q-network, or 'recurrent' (R2D2-style LSTM, prioritized sequence replay); default: mlp
           solved:float|None=None, # stop once the mean return of 20 episodes reaches this; default: the env's reward threshold (475 for CartPole-v1), 0: never
           checkpoint_every:int=5_000, # env steps between checkpoints
           eval_every:int=2_500, # env steps between greedy evaluations on an env of their own, and one at the end (0: none); the best network goes to best.pt
