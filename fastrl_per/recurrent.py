@@ -6,6 +6,7 @@
 from __future__ import annotations
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .checks import check_int
 
 # %% auto #0
@@ -39,12 +40,32 @@ class RecurrentQNetwork(nn.Module):
                 x, # `B × T × d` windows, or `B × d` single steps (read as `T = 1`)
                )->torch.Tensor: # `B × A` action values of each window's last step
         "Q values for the last step of each window; the LSTM state starts at zero on every call"
+        return self.unroll(x)[0][:, -1]
+
+    def unroll(self,
+               x, # `B × T × d` sequences, or `B × d` single steps (read as `T = 1`)
+               state:torch.Tensor|None=None, # `B × 4 × 128`: h, c of the first LSTM, then of the second; None: zeros
+               lengths:torch.Tensor|None=None, # steps of each sequence to read, at least 1 (then padding); None: all
+              )->tuple[torch.Tensor, torch.Tensor]: # `B × T × A` Q values at every step, the state after
+        "Q values at every step of `x` read from `state`, and the state after each sequence's last step"
+        h, state = self.encode(x, state, lengths)
+        return self.head(h), state
+
+    def encode(self, x, state=None, lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
+        "`unroll` before the head: the second LSTM's `B × T × 128` output (0 past `lengths`), the state after"
         w = self.head[0].weight
         x = torch.as_tensor(x, dtype=w.dtype, device=w.device)
         if x.ndim not in (2, 3) or x.shape[-1] != self.obs_dim or (x.ndim == 3 and x.shape[1] == 0):
             raise ValueError(f"expected input of shape (B, T, {self.obs_dim}) with T >= 1, "
                              f"or (B, {self.obs_dim}); got {tuple(x.shape)}")
         if x.ndim == 2: x = x.unsqueeze(1)  # a plain observation is a window of length 1
-        h, _ = self.lstm1(x)  # no (h0, c0) given: PyTorch starts from zeros
-        h, _ = self.lstm2(h)
-        return self.head(h[:, -1, :])
+        B, T = x.shape[:2]
+        if state is not None and tuple(state.shape) != (B, 4, self.hidden):
+            raise ValueError(f"expected a state of shape ({B}, 4, {self.hidden}), got {tuple(state.shape)}")
+        h0 = (None, None) if state is None else [(s[:, 0][None].contiguous(), s[:, 1][None].contiguous())
+                                                 for s in (state[:, :2], state[:, 2:])]
+        if lengths is not None: x = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        h, (h1, c1) = self.lstm1(x, h0[0])  # no (h0, c0): PyTorch starts from zeros
+        h, (h2, c2) = self.lstm2(h, h0[1])
+        if lengths is not None: h = pad_packed_sequence(h, batch_first=True, total_length=T)[0]
+        return h, torch.stack([h1[0], c1[0], h2[0], c2[0]], 1)

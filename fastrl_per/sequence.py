@@ -182,7 +182,12 @@ def _check_sample(self:SequenceReplay, batch_size, length):
 @patch
 def _gather(self:SequenceReplay, slots, offsets, length) -> SimpleStep:
     "Chunks of `length` rows from `offsets` into the episodes in `slots`, as a `len(slots) × length` batch."
-    steps = np.maximum(np.reshape(offsets, (-1, 1)) + np.arange(length), 0)  # before the start: the first step again
+    return self._gather_steps(slots, np.reshape(offsets, (-1, 1)) + np.arange(length))
+
+@patch
+def _gather_steps(self:SequenceReplay, slots, steps) -> SimpleStep:
+    "Steps `steps[i]` of the episode in `slots[i]`, as a batch shaped like `steps`."
+    steps = np.clip(steps, 0, self._lengths[slots][:, None] - 1)  # before the start: the first; past the end: the last
     rows = self._starts[slots][:, None] + steps
     return self.storage.gather(rows % self.capacity)
 
@@ -212,13 +217,16 @@ def episode(self:SequenceReplay, id:int) -> Episode:
 # %% ../nbs/09_sequence.ipynb #97056975
 @dataclass(eq=False)
 class PrioritizedBatch:
-    "What `sample_prioritized` returns; unpacks as `chunks, indices, weights`."
+    "What `sample_prioritized` and `sample_sequences` return; unpacks as `chunks, indices, weights`."
     chunks: SimpleStep     # batch_size × length × field shape
     indices: torch.Tensor  # int64 stable id of the episode each chunk came from
     weights: torch.Tensor  # float32 importance-sampling weights, at most 1
+    mask: torch.Tensor|None = None  # bool batch_size × length: which rows are steps of the episode (sample_sequences)
     def __iter__(self): return iter((self.chunks, self.indices, self.weights))
     def __len__(self): return len(self.indices)
-    def to(self, device): return PrioritizedBatch(self.chunks.to(device), self.indices.to(device), self.weights.to(device))
+    def to(self, device):
+        mask = None if self.mask is None else self.mask.to(device)
+        return PrioritizedBatch(self.chunks.to(device), self.indices.to(device), self.weights.to(device), mask)
 
 # %% ../nbs/09_sequence.ipynb #1c33e983
 class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
@@ -277,22 +285,27 @@ def priorities(self:PrioritizedSequenceReplay, ids=None) -> np.ndarray:
 
 # %% ../nbs/09_sequence.ipynb #c2f3e5ae
 @patch
-@locked
-def sample_prioritized(self:PrioritizedSequenceReplay,
-                       batch_size:int, # chunks in the batch
-                       length:int, # consecutive steps per chunk
-                       pad:bool=False): # let chunks end at any step, repeating the episode's first step before it
-    "Chunks from episodes drawn in proportion to priority ** alpha, with their ids and importance weights."
-    shortest = 1 if pad else length   # the shortest episode a chunk can come from
+def _draw(self:PrioritizedSequenceReplay, batch_size, shortest):
+    "Slots of `batch_size` episodes of at least `shortest` steps drawn by priority ** alpha, and their weights."
     self._check_sample(batch_size, shortest)
-    check_int('length', length)
     if shortest != self.tree_length:
         relay = self.shortest < max(shortest, self.tree_length)  # else every episode is eligible both ways
         self.tree_length = shortest
         if relay:
             slots = self._slots(self.ids)
             self.prioritizer.set_active(slots, self._lengths[slots] >= shortest)
-    slots, weights = self.prioritizer.draw(self.rng, batch_size)
+    return self.prioritizer.draw(self.rng, batch_size)
+
+@patch
+@locked
+def sample_prioritized(self:PrioritizedSequenceReplay,
+                       batch_size:int, # chunks in the batch
+                       length:int, # consecutive steps per chunk
+                       pad:bool=False): # let chunks end at any step, repeating the episode's first step before it
+    "Chunks from episodes drawn in proportion to priority ** alpha, with their ids and importance weights."
+    check_int('length', length)
+    shortest = 1 if pad else length   # the shortest episode a chunk can come from
+    slots, weights = self._draw(batch_size, shortest)
     last = self.rng.integers(shortest - 1, self._lengths[slots])   # the chunk's last step, uniform over those allowed
     offsets = last - (length - 1)
     return PrioritizedBatch(self._gather(slots, offsets, length),
@@ -397,20 +410,48 @@ class SequenceReplayPipe(IterDataPipe):
                  bs:int=1, # chunks per sampled batch
                  length:int=1, # steps per chunk
                  every:int=1, # incoming items (episodes or steps) per sampled batch
-                 pad:bool=False): # let chunks end at any step (`sample_prioritized(..., pad=True)`)
+                 pad:bool=False, # let chunks end at any step (`sample_prioritized(..., pad=True)`)
+                 burn_in:int|None=None, # sample `sample_sequences(bs, length, burn_in)` instead (a prioritized buffer)
+                 warmup:int=1): # transitions stored before the first batch
         if not isinstance(buffer, SequenceReplay): raise ValueError(f"buffer must be a SequenceReplay, got {type(buffer).__name__}")
-        if pad and not isinstance(buffer, PrioritizedSequenceReplay): raise ValueError(f"pad needs a PrioritizedSequenceReplay, got {type(buffer).__name__}")
-        check_int('bs', bs); check_int('length', length); check_int('every', every)
+        if (pad or burn_in is not None) and not isinstance(buffer, PrioritizedSequenceReplay):
+            what = 'pad' if pad else 'burn_in'
+            raise ValueError(f"{what} needs a PrioritizedSequenceReplay, got {type(buffer).__name__}")
+        check_int('bs', bs); check_int('length', length); check_int('every', every); check_int('warmup', warmup)
+        if burn_in is not None: check_int('burn_in', burn_in, low=0)
         self.source_datapipe, self.buffer, self.bs, self.length, self.every, self.pad = source_datapipe, buffer, bs, length, every, pad
+        self.burn_in, self.warmup = burn_in, warmup
         self.pending, self.items = PendingEpisodes(), 0
 
     def sample(self):
         "A `PrioritizedBatch` from a prioritized buffer, a `bs × length` `SimpleStep` from a uniform one."
+        if self.burn_in is not None: return self.buffer.sample_sequences(self.bs, self.length, self.burn_in)
         if isinstance(self.buffer, PrioritizedSequenceReplay): return self.buffer.sample_prioritized(self.bs, self.length, pad=self.pad)
         return self.buffer.sample(self.bs, self.length)
 
     def __iter__(self):
+        shortest = 1 if self.pad or self.burn_in is not None else self.length
         for item in self.source_datapipe:
             for episode in [item] if isinstance(item, Episode) else self.pending.add(item): self.buffer.add(episode)
             self.items += 1
-            if self.items % self.every == 0 and self.buffer.longest >= (1 if self.pad else self.length): yield self.sample()
+            if self.items % self.every == 0 and len(self.buffer) >= self.warmup and self.buffer.longest >= shortest:
+                yield self.sample()
+
+# %% ../nbs/09_sequence.ipynb #8f5640fd
+@patch
+@locked
+def sample_sequences(self:PrioritizedSequenceReplay,
+                     batch_size:int, # sequences in the batch
+                     length:int, # steps per sequence that are trained on
+                     burn_in:int=0): # steps before them that only advance a recurrent state
+    "Sequences of `burn_in + length` rows and a `mask` of the rows that are steps; episodes drawn by priority ** alpha."
+    check_int('length', length); check_int('burn_in', burn_in, low=0)
+    slots, weights = self._draw(batch_size, 1)
+    n = self._lengths[slots]
+    start = self.rng.integers(0, n)                           # the first step trained on, uniform over the episode
+    first = np.maximum(start - burn_in, 0)                    # the burn-in's first step
+    burn, train = np.arange(burn_in), np.arange(length)
+    mask = np.concatenate([burn < (start - first)[:, None], start[:, None] + train < n[:, None]], 1)
+    steps = np.concatenate([first[:, None] + burn, start[:, None] + train], 1)
+    return PrioritizedBatch(self._gather_steps(slots, steps), torch.from_numpy(self._ids_of(slots).astype(np.int64)),
+                            torch.from_numpy(weights), torch.from_numpy(mask))

@@ -88,8 +88,8 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
 
 # %% ../nbs/07d_train.ipynb #a34f153c
 def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
-    ("Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its window, for a recurrent "
-     "one); `video_dir`: record them there.")
+    ("Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its carried state, for a "
+     "recurrent one); `video_dir`: record them there.")
     if video_dir is None: env = make_env(env_id)
     else:
         if not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
@@ -125,7 +125,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
 
 def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
     ("Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and "
-     "window stay as they are.")
+     "carried state stay as they are.")
     return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
 
 # %% ../nbs/07d_train.ipynb #fcc4243f
@@ -255,7 +255,7 @@ class TrainLoop:
 # %% ../nbs/07d_train.ipynb #7e7b8acf
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
-          # 'mlp' Q-network, or 'recurrent' (LSTM over windows, prioritized sequence replay); default: mlp
+          # 'mlp' Q-network, or 'recurrent' (R2D2-style LSTM, prioritized sequence replay); default: mlp
           model:str|None=None,
           # stop at this mean return of 20 episodes; default: the env's reward threshold (475 for CartPole-v1), 0: never
           solved:float|None=None,

@@ -187,7 +187,8 @@ def test_ale_py_missing_names_the_atari_extra(tmp_path):
     assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.parametrize('learner', [EARLY, ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1')])
+@pytest.mark.parametrize('learner', [EARLY, ('--model', 'recurrent', '--env', 'CartPoleNoVelocity-v1', '--warmup', 1,
+                                                    '--train-every', 2)])
 def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
     "The same seed with and without evaluations: the same losses, returns and schedules (the training agent, its window and RNGs untouched)."
     runs = {}

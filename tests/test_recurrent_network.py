@@ -155,3 +155,60 @@ def test_bad_input_shapes_raise(shape):
 def test_empty_batch():
     net = RecurrentQNetwork(4, 2)
     assert net(torch.randn(0, 3, 4)).shape == (0, 2)
+
+
+# issue 27: the state made explicit, for acting step by step and replaying from a stored state
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=20, deadline=None)
+@given(B=st.integers(1, 4), T=st.integers(1, 9), split=st.integers(0, 9), seed=st.integers(0, 2**16))
+def test_unroll_in_two_calls_equals_one_call(B, T, split, seed):
+    "Reading a sequence in two calls, the second from the state the first ended in, gives the one call's Q values and state."
+    split = min(split, T - 1) + 1 if T > 1 else 1
+    torch.manual_seed(seed)
+    net = RecurrentQNetwork(3, 2).eval()
+    x, s0 = torch.randn(B, T, 3), torch.randn(B, 4, 128) * 0.5
+    with torch.no_grad():
+        q, s = net.unroll(x, s0)
+        q1, s1 = net.unroll(x[:, :split], s0)
+        parts = [q1] + ([net.unroll(x[:, split:], s1)[0]] if split < T else [])
+        s2 = net.unroll(x[:, split:], s1)[1] if split < T else s1
+    assert q.shape == (B, T, 2) and s.shape == (B, 4, 128)
+    assert torch.allclose(torch.cat(parts, 1), q, atol=1e-5) and torch.allclose(s2, s, atol=1e-5)
+
+
+def test_unroll_from_zeros_is_forward_and_the_state_matters():
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(4, 3).eval()
+    x = torch.randn(5, 6, 4)
+    with torch.no_grad():
+        assert torch.allclose(net.unroll(x)[0][:, -1], net(x), atol=1e-6)
+        assert torch.allclose(net.unroll(x, torch.zeros(5, 4, 128))[0], net.unroll(x)[0], atol=1e-6)
+        assert not torch.allclose(net.unroll(x, torch.ones(5, 4, 128))[0], net.unroll(x)[0])
+
+
+def test_unroll_with_lengths_stops_each_sequence_at_its_own_length():
+    torch.manual_seed(0)
+    net = RecurrentQNetwork(2, 2).eval()
+    x, s0, lengths = torch.randn(4, 6, 2), torch.randn(4, 4, 128), torch.tensor([6, 1, 3, 2])
+    with torch.no_grad():
+        _, packed = net.unroll(x, s0, lengths)
+        for i, n in enumerate(lengths.tolist()):
+            assert torch.allclose(packed[i], net.unroll(x[i:i + 1, :n], s0[i:i + 1])[1][0], atol=1e-5)
+
+
+def test_gradients_flow_to_a_given_state():
+    net = RecurrentQNetwork(2, 2)
+    s0 = torch.zeros(3, 4, 128, requires_grad=True)
+    net.unroll(torch.randn(3, 4, 2), s0)[0].sum().backward()
+    assert s0.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 64), (2, 4, 128), (3, 2, 128), (3, 512)])
+def test_bad_state_shapes_raise(shape):
+    net = RecurrentQNetwork(2, 2)
+    with pytest.raises(ValueError, match=r"\(3, 4, 128\)") as e:
+        net.unroll(torch.randn(3, 5, 2), torch.zeros(shape))
+    assert str(tuple(shape)) in str(e.value)

@@ -496,3 +496,67 @@ def test_sequence_replay_pipe_end_to_end_with_feedback():
     uniform = SequenceReplayPipe(IterableWrapper([make_episode(3), make_episode(5, episode_n=1)]), SequenceReplay(20), bs=2, length=4)
     out = list(uniform)
     assert len(out) == 1 and out[0].state.shape == (2, 4, 2)      # nothing until an episode is long enough
+
+
+# issue 27: sequences of burn_in + length steps for R2D2-style replay
+
+@pytest.mark.parametrize('burn_in,length', [(0, 1), (0, 5), (3, 4), (8, 16)])
+def test_sample_sequences_rows_and_masks(burn_in, length):
+    "Every sequence: its trained rows are steps s, s+1, ... of one episode, the last repeated and masked past its end; its burn-in the up to `burn_in` steps before s, left-aligned, the rest masked."
+    lengths = [1, 2, 7, 30]
+    buf = filled(lengths, capacity=200)
+    batch = buf.sample_sequences(2_000, length, burn_in)
+    assert batch.chunks.state.shape == (2_000, burn_in + length, 2) and batch.mask.dtype == torch.bool
+    for steps, mask, id, episode in zip(batch.chunks.step_n.numpy(), batch.mask.numpy(), batch.indices.numpy(),
+                                        batch.chunks.episode_n.numpy()):
+        n, s = lengths[id], steps[burn_in]
+        assert (episode == id).all()                                                # never across episodes
+        assert list(steps[burn_in:]) == [min(s + k, n - 1) for k in range(length)]
+        assert list(mask[burn_in:]) == [s + k < n for k in range(length)]
+        b = min(s, burn_in)
+        assert list(steps[:b]) == list(range(s - b, s)) and list(mask[:burn_in]) == [k < b for k in range(burn_in)]
+    starts = batch.chunks.step_n[:, burn_in]
+    for id, n in enumerate(lengths):                                                # a start at every step of every episode
+        assert set(starts[batch.indices == id].tolist()) == set(range(n))
+
+
+def test_sample_sequences_follows_episode_priorities_and_starts_uniformly():
+    buf = filled([10, 10, 10])
+    buf.update_priorities([0, 1, 2], [6., 3., 1.])
+    batch = buf.sample_sequences(30_000, 4, 2)
+    p = np.array([6., 3., 1.]) ** 0.6
+    assert np.allclose(np.bincount(batch.indices.numpy(), minlength=3) / 30_000, p / p.sum(), atol=0.01)
+    assert np.allclose(np.bincount(batch.chunks.step_n[:, 2].numpy(), minlength=10) / 30_000, 0.1, atol=0.01)
+    w = (3 * p / p.sum()) ** -0.4
+    assert torch.allclose(batch.weights, torch.tensor(w / w.max(), dtype=torch.float32)[batch.indices], atol=1e-5)
+
+
+def test_sample_sequences_bad_arguments_change_nothing():
+    buf = filled([5, 6])
+    before = buf.state_dict()
+    for args, contains in [((4, 0), 'length'), ((4, 3, -1), 'burn_in'), ((0, 3), 'batch_size')]:
+        with pytest.raises(ValueError, match=contains): buf.sample_sequences(*args)
+    assert_state_equal(before, buf.state_dict())
+    with pytest.raises(ValueError, match='empty'): PrioritizedSequenceReplay(10).sample_sequences(2, 3)
+
+
+def test_sequence_priorities_of_an_evicted_episode_are_dropped():
+    "A sequence's priority goes to its episode's stable id; once the episode is evicted, the late update is dropped."
+    buf = TinySlots(12, seed=0)
+    for i in range(2): buf.add(make_episode(6, episode_n=i))
+    ids = buf.sample_sequences(8, 3, 1).indices
+    assert 0 in ids
+    buf.add(make_episode(6, episode_n=2))                 # evicts episode 0; episode 2 takes its slot
+    buf.update_priorities(ids, torch.where(ids == 0, 5., 0.5))
+    assert list(buf.ids) == [1, 2]
+    assert buf.priorities([2])[0] == 1.0                  # the newcomer keeps the largest priority seen at its add
+    assert buf.prioritizer.raw.max() < 5                  # id 0's late update reached no slot
+
+
+def test_pipe_with_burn_in_waits_for_warmup_and_samples_sequences():
+    buf = PrioritizedSequenceReplay(100, seed=0)
+    steps = [s for e in (make_episode(5), make_episode(4, episode_n=1)) for s in e.steps]
+    out = list(SequenceReplayPipe(IterableWrapper(steps), buf, bs=3, length=2, burn_in=1, warmup=5))
+    assert len(out) == 5 and all(b.mask.shape == (3, 3) for b in out)   # from the 5th step on: one batch per step
+    with pytest.raises(ValueError, match='burn_in needs a PrioritizedSequenceReplay'):
+        SequenceReplayPipe(IterableWrapper(steps), SequenceReplay(100), burn_in=1)
