@@ -136,7 +136,7 @@ class RankHeap:
 PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari ones
 
 def kind_defaults(prioritization:str, alpha:float|None=None, beta:float|None=None) -> tuple:
-    "`alpha` and `beta`, each None replaced by the default of `prioritization` (checked: a `ValueError` names a bad one)."
+    "`alpha` and `beta`, each None replaced by the default of `prioritization` (a `ValueError` names a bad one)."
     if prioritization not in PRIORITIZATIONS:
         raise ValueError(f"prioritization must be one of {sorted(PRIORITIZATIONS)}, got {prioritization!r}")
     defaults = PRIORITIZATIONS[prioritization]
@@ -156,7 +156,8 @@ class Priorities:
                  prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
                  segments:int|None=None): # rank only: strata of equal probability in a draw; None: the batch size
         check_int('capacity', capacity)
-        if capacity > self.max_capacity: raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
+        if capacity > self.max_capacity:
+            raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
         alpha, beta = kind_defaults(prioritization, alpha, beta)
         if segments is not None and prioritization != 'rank':
             raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
@@ -223,7 +224,7 @@ class Priorities:
         for first, count in ((start, head), (0, n - head)):
             if count <= 0: continue
             keys = slice(first, first + count)
-            self.tree.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when it was set
+            self.tree.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when set
             self.raw[keys], self.active[keys] = self.max_priority, active
             if self.stale_rule: self.writes[keys] += 1
             else: self.writes[keys], self.sampled_at[keys] = 1, -1    # a new history: updates always apply
@@ -243,8 +244,9 @@ class Priorities:
         self.relay(keys)
 
     def moved(self, capacity:int, old, new) -> Priorities:
-        "A core of `capacity` keys with this one's exponents and `max_priority`, whose keys `new` hold what keys `old` hold here."
-        other = Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization, self.segments)
+        "A core of `capacity` keys with this one's exponents and `max_priority`; keys `new` hold what `old` hold here."
+        other = Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization,
+                           self.segments)
         other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
@@ -267,7 +269,7 @@ class Priorities:
                keys, # int64 keys, each in [0, capacity) (checked by the caller)
                td_errors, # float64 finite signed TD errors, one per key
                written:bool=False): # the caller has just written `keys` and sends their first priorities: no stale rule
-        "Store |td| + eps for `keys` (the last of repeated keys wins); updates for keys rewritten since their draw are dropped."
+        "Store |td| + eps for `keys` (the last repeat wins); updates for keys rewritten since their draw are dropped."
         keys, prios = last_writes(keys, np.abs(td_errors) + self.eps)
         leaves = self.leaves_of(prios)
         sampled_at = self.sampled_at[keys]
@@ -287,7 +289,7 @@ class Priorities:
                     writes=torch.from_numpy(self.writes[keys]), sampled_at=torch.from_numpy(self.sampled_at[keys]))
 
     def check_state(self, state:dict, n:int):
-        "Raise a `ValueError` naming the problem unless `state` is a `state_dict` of `n` keys that loads into this core."
+        "Raise a `ValueError` naming the problem unless `state` is a `state_dict` of `n` keys that loads here."
         missing = {*STATE_SCALARS, *STATE_ARRAYS} - set(state)
         if missing: raise ValueError(f"prioritized state is missing {sorted(missing)}")
         for k in ('alpha', 'beta', 'beta0'): check_number(k, state[k])
@@ -299,12 +301,14 @@ class Priorities:
         for k, dtype in STATE_ARRAYS.items(): check_tensor(k, state[k], n, dtype)
         prios, writes, sampled_at = (state[k].numpy() for k in STATE_ARRAYS)
         if n and not (prios.min() > 0 and prios.max() <= state['max_priority']):
-            raise ValueError(f"state priorities must lie in (0, max_priority={state['max_priority']!r}], got {prios.min()!r}..{prios.max()!r}")
+            raise ValueError(f"state priorities must lie in (0, max_priority={state['max_priority']!r}], "
+                             f"got {prios.min()!r}..{prios.max()!r}")
         if n and not (writes.min() >= 1 and sampled_at.min() >= -1 and (sampled_at <= writes).all()):
             raise ValueError("state write counts must be >= 1, and -1 <= sampled_at <= writes")
         leaves = self.leaves_of(prios, state['alpha'])
         self.leaves_of(np.full(1, state['max_priority']), state['alpha'], 'max_priority')
-        if n and not leaves.sum() > 0: raise ValueError(f"state priorities ** alpha={state['alpha']!r} sum to 0, nothing could be drawn")
+        if n and not leaves.sum() > 0:
+            raise ValueError(f"state priorities ** alpha={state['alpha']!r} sum to 0, nothing could be drawn")
 
     def load_state_dict(self,
                         state:dict, # from `state_dict`
@@ -320,7 +324,7 @@ class Priorities:
         loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active
         loaded.writes[keys], loaded.sampled_at[keys] = state['writes'].numpy(), state['sampled_at'].numpy()
         loaded.relay(keys)
-        if self.prioritization == 'rank': loaded.tree.sort()   # the heap's order is not saved: it restarts exactly sorted
+        if self.prioritization == 'rank': loaded.tree.sort()   # the heap's order is not saved: it restarts sorted
         self.__dict__.update(loaded.__dict__)
 
 # %% ../nbs/04b_priorities.ipynb #ea5cfe14
@@ -371,11 +375,14 @@ STATE_ARRAYS = dict(priorities=torch.float64, writes=torch.int32, sampled_at=tor
 
 def check_tensor(name:str, value, rows:int, dtype:torch.dtype|None=None, one_d:bool=True):
     "Raise a `ValueError` unless `value` is a CPU tensor of `rows` rows (1-d if `one_d`) of `dtype` (None: any)."
-    if not isinstance(value, torch.Tensor): raise ValueError(f"state {name!r} must be a tensor, got {type(value).__name__}")
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"state {name!r} must be a tensor, got {type(value).__name__}")
     if value.device.type != 'cpu' or value.requires_grad: raise ValueError(f"state {name!r} must be a plain CPU tensor")
     if value.ndim == 0 or len(value) != rows or (one_d and value.ndim != 1):
-        raise ValueError(f"state {name!r} has shape {tuple(value.shape)}, expected {rows} rows{' in 1-d' if one_d else ''}")
-    if dtype is not None and value.dtype != dtype: raise ValueError(f"state {name!r} has dtype {value.dtype}, expected {dtype}")
+        raise ValueError(f"state {name!r} has shape {tuple(value.shape)}, "
+                         f"expected {rows} rows{' in 1-d' if one_d else ''}")
+    if dtype is not None and value.dtype != dtype:
+        raise ValueError(f"state {name!r} has dtype {value.dtype}, expected {dtype}")
 
 # %% ../nbs/04b_priorities.ipynb #4721aabf
 def _knob(name, doc, setter=None):
@@ -383,13 +390,15 @@ def _knob(name, doc, setter=None):
 
 class PriorityKnobs:
     "The priority interface of an object with a `prioritizer` (a `Priorities`) and a `lock`."
-    alpha = _knob('alpha', "How much prioritization is used; setting it re-lays the tree.", lambda self, v: self.set_alpha(v))
+    alpha = _knob('alpha', "How much prioritization is used; setting it re-lays the tree.",
+                  lambda self, v: self.set_alpha(v))
     beta = _knob('beta', "The importance-sampling exponent.", lambda self, v: self.set_beta(v))
     beta0 = _knob('beta0', "beta at the start of training, where `anneal_beta` starts.")
     eps = _knob('eps', "Added to every |TD error|.")
     max_priority = _knob('max_priority', "The largest raw priority |td| + eps seen; new items enter with it.")
     tree = _knob('tree', "The `SumTree` of priority ** alpha.")
-    stale_dropped = _knob('stale_dropped', "How many priority updates were dropped because their item was replaced since it was drawn.")
+    stale_dropped = _knob('stale_dropped',
+                          "How many priority updates were dropped because their item was replaced since it was drawn.")
 
     def set_alpha(self, value):
         "Set alpha and re-lay the tree; a rejected alpha changes nothing."
