@@ -97,7 +97,8 @@ def sequence_step(batch:PrioritizedBatch, # `burn_in + length` rows per sequence
             target[some] = target_model.encode(c.state[some, :burn_in], start[some], lengths[some])[1]
     train = mask[:, burn_in:]
     obs, nxt = c.state[:, burn_in:], c.next_state[:, burn_in:]
-    x = torch.cat([torch.where(train[..., None], obs, nxt), nxt[:, -1:]], 1)  # x_0..x_L; after the end: the last next state
+    # x_0..x_L; after the end: the last next state
+    x = torch.cat([torch.where(train[..., None], obs, nxt), nxt[:, -1:]], 1)
     q_all = model.unroll(x, online)[0]
     with torch.no_grad(): target_q = target_model.unroll(x, target)[0]
     q = q_all[:, :L].gather(-1, c.action[:, burn_in:].long().unsqueeze(-1)).squeeze(-1)
@@ -133,7 +134,8 @@ class SequenceQ(IterDataPipe):
 class RecurrentLearner(Learner):
     "R2D2-style DQN: a `RecurrentQNetwork` acting with a carried state, trained on stored sequences with a burn-in."
     def __init__(self,
-                 env_id:str='CartPoleNoVelocity-v1', # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
+                 # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
+                 env_id:str='CartPoleNoVelocity-v1',
                  seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
                  length:int=16, # steps per sequence that are trained on
