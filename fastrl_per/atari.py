@@ -50,7 +50,8 @@ def make_atari_env(env_id:str, # an `ALE/...` id, e.g. 'ALE/Pong-v5'
                    screen_size:int=84, # frames are `screen_size`×`screen_size` grayscale
                    terminal_on_life_loss:bool=False, # end the episode when a life is lost
                    stack:int=4, # frames stacked into one observation
-                   max_episode_steps:int|None=None, # truncate episodes after this many agent steps (None: the game's own limit)
+                   # truncate episodes after this many agent steps (None: the game's own limit)
+                   max_episode_steps:int|None=None,
                    **kwargs): # passed to `gym.make` (e.g. `repeat_action_probability`)
     "One Atari env with the standard DQN preprocessing; observations are `(stack, screen_size, screen_size)` uint8."
     if not is_atari(env_id): raise ValueError(f"{env_id!r} is not an Atari id; Atari ids look like 'ALE/Pong-v5'")
@@ -58,7 +59,8 @@ def make_atari_env(env_id:str, # an `ALE/...` id, e.g. 'ALE/Pong-v5'
     check_int('screen_size', screen_size); check_int('stack', stack)
     if max_episode_steps is not None: check_int('max_episode_steps', max_episode_steps)
     register_atari()
-    if env_id not in gym.registry: raise ValueError(f"unknown Atari env id {env_id!r}; ale-py registers ids such as 'ALE/Pong-v5'")
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown Atari env id {env_id!r}; ale-py registers ids such as 'ALE/Pong-v5'")
     env = AtariPreprocessing(gym.make(env_id, frameskip=1, **kwargs), noop_max=noop_max, frame_skip=frame_skip,
                              screen_size=screen_size, terminal_on_life_loss=terminal_on_life_loss)
     if max_episode_steps is not None: env = TimeLimit(env, max_episode_steps)
@@ -75,7 +77,8 @@ def make_atari_vector_env(env_id:str, # an `ALE/...` id
 
 # %% ../nbs/02c_atari.ipynb #9870d38f
 def make_env(env_id:str, **kwargs) -> gym.Env:
-    "The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, else `gym.make(env_id, **kwargs)`."
+    ("The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, "
+     "else `gym.make(env_id, **kwargs)`.")
     if is_minatar(env_id): register_minatar()   # gymnasium does not load the minatar package itself
     return make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
 

@@ -13,7 +13,8 @@ __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
-    "A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: drawn in proportion to priority."
+    ("A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: "
+     "drawn in proportion to priority.")
     schema_version = 2
 
     def __init__(self,
@@ -35,9 +36,11 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
             self.flush()
             return self._core
 
-    priorities = property(lambda self: self.prioritizer.raw, doc="Raw priority |td| + eps of each slot (0: never written).")
+    priorities = property(lambda self: self.prioritizer.raw,
+                          doc="Raw priority |td| + eps of each slot (0: never written).")
     writes = property(lambda self: self.prioritizer.writes, doc="How many times each slot was written.")
-    sampled_at = property(lambda self: self.prioritizer.sampled_at, doc="`writes` of each slot when it was last sampled (-1: never).")
+    sampled_at = property(lambda self: self.prioritizer.sampled_at,
+                          doc="`writes` of each slot when it was last sampled (-1: never).")
 
     # What prioritization changes in the ring buffer: new steps enter at the largest priority, the draw is proportional
     def _written(self, start, n): self._core.add(start, n)
@@ -46,7 +49,8 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def update_priorities(self,
                           idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
                           td_errors): # signed TD error per slot, (B,) or (B, 1), torch or numpy; its magnitude is kept
-        "Store `|td| + eps` as the priority of each slot in `idxs` (the last of repeated slots wins; stale updates are dropped)."
+        ("Store `|td| + eps` as the priority of each slot in `idxs` "
+         "(the last of repeated slots wins; stale updates are dropped).")
         with self.lock:   # held here rather than by @locked, as in `sample`
             idxs, td = feedback_arrays(idxs, td_errors, stored=self.storage.sz, column=True)
             if self._unhooked: self.flush()
@@ -81,7 +85,8 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
         if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,
                                                             seed=seed, prioritization=prioritization)
-        super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats, warmup=warmup)
+        super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats,
+                         warmup=warmup)
 
     lock = property(lambda self: self.buffer.lock)
     prioritizer = property(lambda self: self.buffer.prioritizer)
