@@ -14,6 +14,7 @@ import gymnasium as gym
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
+from .state import Stateful, check_keys
 from .pipes import find_upstream
 from .envs import check_env_id
 from .atari import make_env
@@ -48,7 +49,7 @@ class QNetwork(nn.Sequential):
         super().__init__(*block(obs_dim), *block(hidden), head)
 
 # %% ../nbs/05c_dqn.ipynb #407fd29b
-class EpsilonGreedy:
+class EpsilonGreedy(Stateful):
     "Act greedily on `model`'s Q-values, except with probability epsilon act at random."
     def __init__(self,
                  model:nn.Module, # maps a batch of states to Q-values
@@ -90,13 +91,21 @@ class EpsilonGreedy:
         self.steps += n
         return actions
 
-    def state_dict(self): return dict(steps=self.steps, rng=self.rng.bit_generator.state)
-    def load_state_dict(self, state):
-        self.steps = state['steps']
-        self.rng.bit_generator.state = state['rng']
+    def state_dict(self) -> dict: return dict(steps=self.steps, rng=self.rng.bit_generator.state)
+
+    def check_state(self, state:dict) -> dict:
+        "`state` if it is a `state_dict()`: a step count and a generator state; a `ValueError` otherwise."
+        check_keys("an agent's state", state, {'steps', 'rng'}, exact=True)
+        check_int("an agent's steps", state['steps'], low=0)
+        try: np.random.default_rng().bit_generator.state = state['rng']
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"an agent's rng is not a generator state: {e}") from e
+        return state
+
+    def assign(self, state:dict): self.steps, self.rng.bit_generator.state = state['steps'], state['rng']
 
 # %% ../nbs/05c_dqn.ipynb #9c3c07b7
-class EpisodeReturns(IterDataPipe):
+class EpisodeReturns(Stateful, IterDataPipe):
     "Pass steps through; record `(frame, return)` for every episode that ends and count frames."
     def __init__(self, source_datapipe):
         self.source_datapipe, self.frames, self.returns = source_datapipe, 0, []
@@ -122,17 +131,15 @@ class EpisodeReturns(IterDataPipe):
 
     def check_state(self, state:dict):
         "A `ValueError` unless `state` is a `state_dict()`."
-        if not isinstance(state, dict) or set(state) != {'frames', 'returns'}:
-            raise ValueError("episode state must be a dict with keys ['frames', 'returns']")
+        check_keys('episode state', state, {'frames', 'returns'}, exact=True)
         check_int('checkpoint frames', state['frames'], low=0)
         if (not isinstance(state['returns'], list)
                 or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns'])):
             raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
 
-    def load_state_dict(self, state:dict):
-        "Restore `state_dict()`; one that does not fit raises `ValueError` and changes nothing."
-        self.check_state(state)
-        self.frames, self.returns = state['frames'], [tuple(r) for r in state['returns']]
+        return state
+
+    def assign(self, state:dict): self.frames, self.returns = state['frames'], [tuple(r) for r in state['returns']]
 
 # %% ../nbs/05c_dqn.ipynb #9daca39c
 @dataclass
@@ -240,11 +247,9 @@ def adam(model:nn.Module, lr:float) -> torch.optim.Adam:
 # %% ../nbs/05c_dqn.ipynb #518a0f1d
 def checked_steps(state:dict) -> int:
     "The count of a `state_dict()` of a stage that counts its steps; a `ValueError` unless `state` is one."
-    if not isinstance(state, dict) or set(state) != {'steps'}:
-        raise ValueError(f"a counting stage's state is a dict with the one key 'steps', got {state!r}")
-    return check_int('steps', state['steps'], low=0)
+    return check_int('steps', check_keys("a counting stage's state", state, {'steps'}, exact=True)['steps'], low=0)
 
-class TargetUpdate(IterDataPipe):
+class TargetUpdate(Stateful, IterDataPipe):
     "Update `target_model` from `model`: a hard copy every `every` steps, or soft with `tau` each step."
     def __init__(self, source_datapipe, model:nn.Module, target_model:nn.Module, every:int|None=None,
                  tau:float|None=None):
@@ -266,7 +271,8 @@ class TargetUpdate(IterDataPipe):
             yield ts
 
     def state_dict(self) -> dict: return dict(steps=self.steps)   # the networks are their owner's to save
-    def load_state_dict(self, state:dict): self.steps = checked_steps(state)
+    def check_state(self, state:dict) -> int: return checked_steps(state)
+    def assign(self, steps:int): self.steps = steps
 
 class SoftUpdate:
     "target ← (1 - tau)·target + tau·source, all parameters in one call; the parameter lists are gathered once."
@@ -306,7 +312,7 @@ class PriorityFeedback(IterDataPipe):
             buffer.update_priorities(idxs, errors)
             yield ts
 
-class AnnealBeta(IterDataPipe):
+class AnnealBeta(Stateful, IterDataPipe):
     "Move a prioritized buffer's beta linearly to `final` over `total_steps` updates."
     def __init__(self,
                  source_datapipe,
@@ -324,7 +330,8 @@ class AnnealBeta(IterDataPipe):
             yield ts
 
     def state_dict(self) -> dict: return dict(steps=self.steps)
-    def load_state_dict(self, state:dict): self.steps = checked_steps(state)
+    def check_state(self, state:dict) -> int: return checked_steps(state)
+    def assign(self, steps:int): self.steps = steps
 
 # %% ../nbs/05c_dqn.ipynb #8387ce4d
 class TrainMetrics(IterDataPipe):

@@ -18,6 +18,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
 from .checks import check_int
+from .state import Stateful, check_keys
 from .atari import is_atari, register_atari, make_env, is_minatar, register_minatar
 from .memory import rng_of_state
 
@@ -46,7 +47,7 @@ def check_env_id(env_id) -> EnvSpec:
                      "where importing the module registers EnvId)")
 
 # %% ../nbs/02_envs.ipynb #5837c23b
-class EnvRun:
+class EnvRun(Stateful):
     "`nenvs` copies of one env stepped together with next-step autoreset, and the episode bookkeeping of each."
     def __init__(self, env_id:str, nenvs:int, seed:int|None, first_env_id:int=0):
         check_env_id(env_id)
@@ -109,8 +110,7 @@ class EnvRun:
         ("The arrays, action RNG and decoded env states of `state` for this run; "
          "a `ValueError` naming what does not fit.")
         keys = {'env_id', 'obs', 'total_reward', 'step_n', 'episode_n', 'resetting', 'action_rng', 'envs', 'unsaved'}
-        if not isinstance(state, dict) or set(state) != keys:
-            raise ValueError(f"an env run's state is a dict with keys {sorted(keys)}")
+        check_keys("an env run's state", state, keys, exact=True)
         if state['env_id'] != self.env_id:
             raise ValueError(f"the saved run steps {state['env_id']!r}, this one {self.env_id!r}")
         if state['envs'] is None: raise ValueError(f"the saved run holds no env state: {state['unsaved']}")
@@ -138,11 +138,6 @@ class EnvRun:
         for name in ('obs', 'total_reward', 'step_n', 'episode_n', 'resetting'):
             setattr(self, name, checked[name].copy())
 
-    def load_state_dict(self, state:dict):
-        ("Continue from `state_dict()`: the episodes in progress go on exactly. "
-         "Checked first: a `ValueError` changes nothing.")
-        self.assign(self.check_state(state))
-
 # %% ../nbs/02_envs.ipynb #2e6d0ae4
 class EnvRuns:
     "The env runs of a stepper, created on first use and kept for every later iterator."
@@ -167,7 +162,7 @@ class EnvRuns:
         "The runs were just restored from a saved state: keep them, and the `seed` they were first made from."
         self.seed = seed
 
-class GymStepper(StepPipe):
+class GymStepper(Stateful, StepPipe):
     "Step `nenvs` copies of each env id from `source_datapipe`; yield a `SimpleStep` batch per env step."
     def __init__(self,
                  source_datapipe, # yields gymnasium env ids
@@ -198,20 +193,19 @@ class GymStepper(StepPipe):
         runs = [run.state_dict() for run in self.envs.get()]
         return dict(seed=self.envs.seed, runs=runs, unsaved=next((r['unsaved'] for r in runs if r['unsaved']), None))
 
-    def check_state(self, state:dict) -> list[dict]:
-        "What each run's `check_state` returns for `state`; a `ValueError` naming what does not fit."
-        if not isinstance(state, dict) or set(state) != {'seed', 'runs', 'unsaved'}:
-            raise ValueError("a stepper's state is a dict with keys ['runs', 'seed', 'unsaved']")
+    def check_state(self, state:dict) -> dict:
+        "The seed and what each run's `check_state` returns for `state`; a `ValueError` naming what does not fit."
+        check_keys("a stepper's state", state, {'seed', 'runs', 'unsaved'}, exact=True)
         if state['seed'] is not None: check_int('saved seed', state['seed'], low=0)
         runs = self.envs.get()
         if not isinstance(state['runs'], list) or len(state['runs']) != len(runs):
             raise ValueError(f"a stepper's state holds {len(runs)} runs")
-        return [run.check_state(s) for run, s in zip(runs, state['runs'])]
+        return dict(seed=state['seed'], runs=[run.check_state(s) for run, s in zip(runs, state['runs'])])
 
-    def load_state_dict(self, state:dict):
-        "Continue every run from `state_dict()`; checked first, so a `ValueError` changes nothing."
-        for run, checked in zip(self.envs.get(), self.check_state(state)): run.assign(checked)
-        self.envs.restored(state['seed'])
+    def assign(self, checked:dict):
+        "Continue every run from what `check_state` returned: the episodes in progress go on exactly."
+        for run, run_checked in zip(self.envs.get(), checked['runs']): run.assign(run_checked)
+        self.envs.restored(checked['seed'])
 
 # %% ../nbs/02_envs.ipynb #e1ee7fb8
 class StepBudget:

@@ -10,6 +10,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS
 from .pipes import register_functional
 from .checks import check_int, check_number
+from .state import Stateful, check_keys
 
 # %% auto #0
 __all__ = ['check_gamma', 'NStepTransitions', 'nstep_discount']
@@ -21,7 +22,7 @@ def check_gamma(gamma) -> float:
     return float(gamma)
 
 # %% ../nbs/02b_nstep.ipynb #23df0c8a
-class NStepTransitions(IterDataPipe):
+class NStepTransitions(Stateful, IterDataPipe):
     "Turn the single steps of `source_datapipe` into n-step transitions, per sub-env (`env_id`)."
     def __init__(self,
                  source_datapipe, # yields single `SimpleStep`s, e.g. `GymStepper(...).unbatch()`
@@ -82,8 +83,8 @@ class NStepTransitions(IterDataPipe):
 
     def check_state(self, state:dict) -> dict:
         "The windows `state` holds, rebuilt; a `ValueError` naming what does not fit."
-        if not isinstance(state, dict) or set(state) != {'n', 'windows'} or not isinstance(state['windows'], dict):
-            raise ValueError("an n-step state is a dict with keys ['n', 'windows'], windows a dict")
+        check_keys('an n-step state', state, {'n', 'windows'}, exact=True)
+        if not isinstance(state['windows'], dict): raise ValueError("an n-step state's windows are a dict")
         if state['n'] != self.n: raise ValueError(f"the n-step state has n={state['n']!r}, this stage {self.n}")
         windows = {}
         for env, fields in state['windows'].items():
@@ -101,9 +102,9 @@ class NStepTransitions(IterDataPipe):
             windows[env] = deque((s, float(s.reward), int(s.episode_n)) for s in steps)
         return windows
 
-    def load_state_dict(self, state:dict):
-        "Restore the open windows of `state_dict()`; checked first, so a `ValueError` changes nothing."
-        self.windows = self.check_state(state)
+    def assign(self, windows:dict):
+        "Take over the open windows `check_state` rebuilt."
+        self.windows = windows
 
 def _check_one_step(step):
     "Raise unless `step` is a single one-step `SimpleStep`."
