@@ -416,6 +416,24 @@ class PendingEpisodes:
         del self.steps[env]
         return Episode(steps)
 
+    def state_dict(self) -> dict:
+        "The unfinished episodes as plain data: `{str(env_id): {field: tensor}}`."
+        return {str(env): Episode(steps).steps.as_dict() for env, steps in self.steps.items()}
+
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads: an episode per env_id."
+        try:
+            for env, fields in state.items():
+                int(env)   # the env_id, saved as text
+                Episode(SimpleStep.from_fields(fields))
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"open sequences do not fit: {e}") from e
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
+        self.check_state(state)
+        self.steps = {int(env): list(SimpleStep.from_fields(fields)) for env, fields in state.items()}
+
 # %% ../nbs/09_sequence.ipynb #c39bedc2
 class SequenceReplayPipe(IterDataPipe):
     "Add episodes to `buffer`; once a chunk fits, yield a sampled batch every `every` incoming items."
@@ -454,3 +472,22 @@ class SequenceReplayPipe(IterDataPipe):
             self.items += 1
             if self.items % self.every == 0 and len(self.buffer) >= self.warmup and self.buffer.longest >= shortest:
                 yield self.sample()
+
+    # The state besides the buffer's: the open episodes and the count of items (the sampling cadence)
+    def state_dict(self, pending:bool=True) -> dict:
+        "The open episodes (none when not `pending`: their envs start afresh) and the items taken, as plain data."
+        return dict(pending=self.pending.state_dict() if pending else {}, items=self.items)
+
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads into this pipe."
+        if not isinstance(state, dict) or set(state) != {'pending', 'items'}:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"sequence pipe state must be a dict of ['items', 'pending'], got {got}")
+        check_int('sequence items', state['items'], low=0)
+        self.pending.check_state(state['pending'])
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
+        self.check_state(state)
+        self.pending.load_state_dict(state['pending'])
+        self.items = state['items']
