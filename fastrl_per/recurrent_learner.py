@@ -6,10 +6,9 @@
 from __future__ import annotations
 import torch
 import gymnasium as gym
-from fastcore.basics import patch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
-from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe, PendingEpisodes, Episode
+from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
 from .dqn import (EpsilonGreedy, TrainStep, OptimizerStep, TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics,
                             discrete_env_dims)
@@ -18,7 +17,7 @@ from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'RecurrentEpsilonGreedy', 'WithRecurrentState', 'rescale', 'unscale',
-           'sequence_step', 'SequenceQ', 'RecurrentLearner', 'pending_state', 'load_pending']
+           'sequence_step', 'SequenceQ', 'RecurrentLearner']
 
 # %% ../nbs/11_recurrent_learner.ipynb #7dfedeb4
 class HideVelocities(gym.ObservationWrapper):
@@ -54,6 +53,16 @@ class RecurrentEpsilonGreedy(EpsilonGreedy):
         with torch.no_grad(): h, self.state = self.net.encode(x[:, None], self.state)
         return h[:, 0]
 
+    def check_carried(self, state):
+        "Raise a `ValueError` unless `state` can be carried: None (zeros at the next step) or `envs × 4 × hidden`."
+        if state is not None and (not isinstance(state, torch.Tensor) or state.shape[1:] != (4, self.net.hidden)):
+            got = f"shape {tuple(state.shape)}" if isinstance(state, torch.Tensor) else type(state).__name__
+            raise ValueError(f"agent state must be a tensor of shape (envs, 4, {self.net.hidden}) or None, got {got}")
+
+    def carry(self, state):
+        "Carry `state` into the next step instead of the state reached (a resumed run's); checked first."
+        self.check_carried(state)
+        self.state = state
 
 # %% ../nbs/11_recurrent_learner.ipynb #f1b0eb93
 class WithRecurrentState(IterDataPipe):
@@ -183,44 +192,30 @@ class RecurrentLearner(Learner):
         self.anneal = AnnealBeta(pipe, max(1, (total_steps - warmup) // train_every), buffer=self.replay)
         self.pipe = TrainMetrics(self.anneal, self.explorer, buffer=self.replay)
 
-# %% ../nbs/11_recurrent_learner.ipynb #51add5e4
-def pending_state(pending:PendingEpisodes) -> dict:
-    "The unfinished episodes of `pending` as plain data: `{env_id: {field: tensor}}`."
-    return {str(env): Episode(steps).steps.as_dict() for env, steps in pending.steps.items()}
+    # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
+    def state_dict(self) -> dict:
+        ("`Learner`'s state plus the envs (when they can be saved), the open sequences and the carried state, "
+         "as plain data.")
+        state, envs = super().state_dict(), self.stepper.state_dict()
+        exact = envs['unsaved'] is None
+        carried = self.agent.state if exact else None
+        return dict(state, envs=envs if exact else None, fresh_episodes=None if exact else envs['unsaved'],
+                    sequences=dict(self.sequences.state_dict(pending=exact), carried=carried))
 
-def load_pending(pending:PendingEpisodes, state:dict):
-    "Restore what `pending_state` saved."
-    pending.steps = {int(env): list(SimpleStep.from_fields(fields)) for env, fields in state.items()}
+    def check_state(self, state:dict):
+        "`Learner.check_state`, plus the open sequences and the agent's carried LSTM state."
+        keys, sequences = {'pending', 'items', 'carried'}, state.get('sequences') if isinstance(state, dict) else None
+        if not isinstance(sequences, dict) or set(sequences) != keys:
+            raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
+        super().check_state({k: v for k, v in state.items() if k != 'sequences'})
+        try:
+            self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
+            self.agent.check_carried(sequences['carried'])
+        except ValueError as e: raise ValueError(f"checkpoint {e}") from e
 
-@patch
-def state_dict(self:RecurrentLearner) -> dict:
-    "`Learner`'s state plus the envs (when they can be saved), the open sequences and the carried state, as plain data."
-    state, envs = Learner.state_dict(self), self.stepper.state_dict()
-    exact = envs['unsaved'] is None
-    return dict(state, envs=envs if exact else None, fresh_episodes=None if exact else envs['unsaved'],
-                sequences=dict(pending=pending_state(self.sequences.pending) if exact else {},
-                               items=self.sequences.items, carried=self.agent.state if exact else None))
-
-@patch
-def check_state(self:RecurrentLearner, state:dict):
-    "`Learner.check_state`, plus the open sequences and the agent's carried LSTM state."
-    keys = {'pending', 'items', 'carried'}
-    if not isinstance(state, dict) or not isinstance(state.get('sequences'), dict) or set(state['sequences']) != keys:
-        raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
-    Learner.check_state(self, {k: v for k, v in state.items() if k != 'sequences'})
-    check_int('checkpoint sequence items', state['sequences']['items'], low=0)
-    carried = state['sequences']['carried']
-    if carried is not None and (not isinstance(carried, torch.Tensor) or carried.shape[1:] != (4, self.model.hidden)):
-        raise ValueError(f"checkpoint agent state must be a tensor of shape (envs, 4, {self.model.hidden}) or None")
-    try:
-        for fields in state['sequences']['pending'].values(): Episode(SimpleStep.from_fields(fields))
-    except (AttributeError, TypeError, ValueError) as e:
-        raise ValueError(f"checkpoint open sequences do not fit: {e}") from e
-
-@patch
-def load_state_dict(self:RecurrentLearner, state:dict):
-    "Restore a learner built with the same config; checked first, so a `ValueError` changes nothing."
-    Learner.load_state_dict(self, state)   # which checks the whole state with `check_state` above first
-    load_pending(self.sequences.pending, state['sequences']['pending'])
-    self.sequences.items = state['sequences']['items']
-    self.agent.state = state['sequences']['carried']   # None with fresh episodes: a fresh state
+    def load_state_dict(self, state:dict):
+        "Restore a learner built with the same config; checked first, so a `ValueError` changes nothing."
+        super().load_state_dict(state)   # which checks the whole state with `check_state` above first
+        sequences = state['sequences']
+        self.sequences.load_state_dict({k: v for k, v in sequences.items() if k != 'carried'})
+        self.agent.carry(sequences['carried'])   # None with fresh episodes: a fresh state

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
-from fastcore.basics import patch
 from .core import SimpleStep
 from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header, rng_of_state
 from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor
@@ -122,99 +121,143 @@ class SequenceReplay(BufferCore):
     def __repr__(self):
         return f"{type(self).__name__}(capacity={self.capacity}: {self.n_episodes} episodes, {len(self)} transitions)"
 
-# %% ../nbs/09_sequence.ipynb #553b4b3d
-@patch
-@locked
-def add(self:SequenceReplay,
-        episode:Episode): # an Episode, or anything `Episode()` accepts
-    "Store a whole episode, evicting the oldest episodes until it fits."
-    episode = episode if isinstance(episode, Episode) else Episode(episode)
-    n = len(episode)
-    if n > self.capacity:
-        raise ValueError(f"an episode of {n} transitions does not fit a buffer of capacity {self.capacity}")
-    columns = step_columns(episode.steps)
-    self.storage.check(columns)
-    self._evict_for(n)
-    if self.n_episodes == self.n_slots: self._grow()
-    slot = self.next_id % self.n_slots
-    self._starts[slot], self._lengths[slot] = self.storage.n_added, n
-    self.storage.write(columns)
-    self._longest.push(self.next_id, n); self._shortest.push(self.next_id, -n)
-    self.next_id += 1
-    self.n_stored += n
-    self._added(slot)
+    # Adding: check everything, then evict, grow the slots if full, write; the hooks are for subclasses
+    @locked
+    def add(self,
+            episode:Episode): # an Episode, or anything `Episode()` accepts
+        "Store a whole episode, evicting the oldest episodes until it fits."
+        episode = episode if isinstance(episode, Episode) else Episode(episode)
+        n = len(episode)
+        if n > self.capacity:
+            raise ValueError(f"an episode of {n} transitions does not fit a buffer of capacity {self.capacity}")
+        columns = step_columns(episode.steps)
+        self.storage.check(columns)
+        self._evict_for(n)
+        if self.n_episodes == self.n_slots: self._grow()
+        slot = self.next_id % self.n_slots
+        self._starts[slot], self._lengths[slot] = self.storage.n_added, n
+        self.storage.write(columns)
+        self._longest.push(self.next_id, n); self._shortest.push(self.next_id, -n)
+        self.next_id += 1
+        self.n_stored += n
+        self._added(slot)
 
-@patch
-def _evict_for(self:SequenceReplay, n):
-    "Drop the oldest episodes until `n` more transitions fit."
-    first = self.first_id
-    while self.n_stored + n > self.capacity:
-        self.n_stored -= int(self._lengths[self.first_id % self.n_slots])
-        self.first_id += 1
-    if self.first_id == first: return
-    slots = self._slots(np.arange(first, self.first_id))
-    self._lengths[slots] = 0
-    self._longest.drop_before(self.first_id); self._shortest.drop_before(self.first_id)
-    self._evicted(slots)
+    def _evict_for(self, n):
+        "Drop the oldest episodes until `n` more transitions fit."
+        first = self.first_id
+        while self.n_stored + n > self.capacity:
+            self.n_stored -= int(self._lengths[self.first_id % self.n_slots])
+            self.first_id += 1
+        if self.first_id == first: return
+        slots = self._slots(np.arange(first, self.first_id))
+        self._lengths[slots] = 0
+        self._longest.drop_before(self.first_id); self._shortest.drop_before(self.first_id)
+        self._evicted(slots)
 
-@patch
-def _grow(self:SequenceReplay):
-    "Double the slots, moving each stored episode to its new slot; return the old and new slots."
-    ids, starts, lengths = self.ids, self._starts, self._lengths
-    old = self._slots(ids)
-    self._alloc(min(2 * self.n_slots, self.capacity))
-    new = self._slots(ids)
-    self._starts[new], self._lengths[new] = starts[old], lengths[old]
-    return old, new
+    def _grow(self):
+        "Double the slots, moving each stored episode to its new slot; return the old and new slots."
+        ids, starts, lengths = self.ids, self._starts, self._lengths
+        old = self._slots(ids)
+        self._alloc(min(2 * self.n_slots, self.capacity))
+        new = self._slots(ids)
+        self._starts[new], self._lengths[new] = starts[old], lengths[old]
+        return old, new
 
-@patch
-def _added(self:SequenceReplay, slot): "Hook: an episode was written to `slot`."
-@patch
-def _evicted(self:SequenceReplay, slots): "Hook: the episodes in `slots` were evicted."
+    def _added(self, slot): "Hook: an episode was written to `slot`."
+    def _evicted(self, slots): "Hook: the episodes in `slots` were evicted."
 
-# %% ../nbs/09_sequence.ipynb #0c1ba9d9
-@patch
-def _check_sample(self:SequenceReplay, batch_size, length):
-    check_int('batch_size', batch_size); check_int('length', length)
-    if self.n_episodes == 0: raise ValueError("cannot sample from an empty sequence replay")
-    if self.longest < length:
-        raise ValueError(f"no stored episode is long enough for a chunk of length {length}: "
-                         f"the longest of the {self.n_episodes} stored has {self.longest} transitions")
+    # Sampling: uniform over chunk starts, and reading one stored episode back
+    def _check_sample(self, batch_size, length):
+        check_int('batch_size', batch_size); check_int('length', length)
+        if self.n_episodes == 0: raise ValueError("cannot sample from an empty sequence replay")
+        if self.longest < length:
+            raise ValueError(f"no stored episode is long enough for a chunk of length {length}: "
+                             f"the longest of the {self.n_episodes} stored has {self.longest} transitions")
 
-@patch
-def _gather(self:SequenceReplay, slots, offsets, length) -> SimpleStep:
-    "Chunks of `length` rows from `offsets` into the episodes in `slots`, as a `len(slots) × length` batch."
-    return self._gather_steps(slots, np.reshape(offsets, (-1, 1)) + np.arange(length))
+    def _gather(self, slots, offsets, length) -> SimpleStep:
+        "Chunks of `length` rows from `offsets` into the episodes in `slots`, as a `len(slots) × length` batch."
+        return self._gather_steps(slots, np.reshape(offsets, (-1, 1)) + np.arange(length))
 
-@patch
-def _gather_steps(self:SequenceReplay, slots, steps) -> SimpleStep:
-    "Steps `steps[i]` of the episode in `slots[i]`, as a batch shaped like `steps`."
-    steps = np.clip(steps, 0, self._lengths[slots][:, None] - 1)  # before the start: the first; past the end: the last
-    rows = self._starts[slots][:, None] + steps
-    return self.storage.gather(rows % self.capacity)
+    def _gather_steps(self, slots, steps) -> SimpleStep:
+        "Steps `steps[i]` of the episode in `slots[i]`, as a batch shaped like `steps`."
+        # before the episode's start: its first step; past its end: its last
+        steps = np.clip(steps, 0, self._lengths[slots][:, None] - 1)
+        rows = self._starts[slots][:, None] + steps
+        return self.storage.gather(rows % self.capacity)
 
-@patch
-@locked
-def sample(self:SequenceReplay,
-           batch_size:int, # chunks in the batch
-           length:int): # consecutive steps per chunk
-    "`batch_size` chunks drawn uniformly over all chunk start positions, as a `batch_size × length` `SimpleStep`."
-    self._check_sample(batch_size, length)
-    slots = self._slots(self.ids)
-    counts = np.maximum(self._lengths[slots] - length + 1, 0)   # chunk start positions per episode
-    ends = np.cumsum(counts)
-    u = self.rng.integers(0, ends[-1], size=batch_size)        # one of all start positions
-    k = np.searchsorted(ends, u, side='right')
-    return self._gather(slots[k], u - (ends[k] - counts[k]), length)
+    @locked
+    def sample(self,
+               batch_size:int, # chunks in the batch
+               length:int): # consecutive steps per chunk
+        "`batch_size` chunks drawn uniformly over all chunk start positions, as a `batch_size × length` `SimpleStep`."
+        self._check_sample(batch_size, length)
+        slots = self._slots(self.ids)
+        counts = np.maximum(self._lengths[slots] - length + 1, 0)   # chunk start positions per episode
+        ends = np.cumsum(counts)
+        u = self.rng.integers(0, ends[-1], size=batch_size)        # one of all start positions
+        k = np.searchsorted(ends, u, side='right')
+        return self._gather(slots[k], u - (ends[k] - counts[k]), length)
 
-@patch
-@locked
-def episode(self:SequenceReplay, id:int) -> Episode:
-    "The stored episode with id `id`."
-    if not self.first_id <= id < self.next_id:
-        raise ValueError(f"episode {id!r} is not stored: the stored ids are {self.first_id}..{self.next_id - 1}")
-    slot = id % self.n_slots
-    return Episode(self._gather(np.array([slot]), 0, int(self._lengths[slot]))[0])
+    @locked
+    def episode(self, id:int) -> Episode:
+        "The stored episode with id `id`."
+        if not self.first_id <= id < self.next_id:
+            raise ValueError(f"episode {id!r} is not stored: the stored ids are {self.first_id}..{self.next_id - 1}")
+        slot = id % self.n_slots
+        return Episode(self._gather(np.array([slot]), 0, int(self._lengths[slot]))[0])
+
+    # The state: the ring, the episodes as (start, length) in id order, the RNG
+    @locked
+    def state_dict(self) -> dict:
+        "Everything needed to restore the buffer, the sampler's RNG included."
+        slots = self._slots(self.ids)
+        return dict(kind=type(self).__name__, version=self.schema_version, capacity=self.capacity,
+                    n_added=self.storage.n_added, columns=self.storage.state(),
+                    first_id=self.first_id, next_id=self.next_id,
+                    starts=torch.from_numpy(self._starts[slots].copy()),
+                    lengths=torch.from_numpy(self._lengths[slots].copy()),
+                    rng=json.dumps(self.rng.bit_generator.state))
+
+    def check_state(self, state:dict):
+        ("Raise a `ValueError` naming the problem unless `state` loads into this buffer; "
+         "checks all that `load_state_dict` assigns.")
+        check_state_header(self, state, {'kind', 'version', 'capacity', 'n_added', 'columns', 'first_id', 'next_id',
+                                         'starts', 'lengths', 'rng'})
+        if state['capacity'] != self.capacity:
+            raise ValueError(f"state has capacity {state['capacity']}, this buffer {self.capacity}")
+        for k in ('n_added', 'first_id', 'next_id'): check_int(k, state[k], low=0)
+        n = state['next_id'] - state['first_id']
+        if n < 0: raise ValueError(f"state ids run from {state['first_id']} to {state['next_id'] - 1}")
+        for k in ('starts', 'lengths'): check_tensor(k, state[k], n, torch.int64)
+        starts, lengths = state['starts'].numpy(), state['lengths'].numpy()
+        if n and ((lengths < 1).any() or (starts[1:] != starts[:-1] + lengths[:-1]).any()
+                  or starts[-1] + lengths[-1] != state['n_added']):
+            raise ValueError("state episodes must be non-empty and written back to back up to n_added")
+        if lengths.sum() > self.capacity:
+            raise ValueError(f"state holds {lengths.sum()} transitions, more than the capacity {self.capacity}")
+        self.storage.check_saved(state['n_added'], state['columns'])
+        rng_of_state(state['rng'])
+
+    def _assign(self, state:dict):
+        "Take over a checked `state`."
+        self.rng = rng_of_state(state['rng'])
+        self.storage.load(state['n_added'], state['columns'])
+        self.first_id, self.next_id = state['first_id'], state['next_id']
+        n_slots = min(self.capacity, self.min_slots)
+        while n_slots < self.n_episodes: n_slots = min(2 * n_slots, self.capacity)
+        self._alloc(n_slots)
+        slots, lengths = self._slots(self.ids), state['lengths'].numpy()
+        self._starts[slots], self._lengths[slots] = state['starts'].numpy(), lengths
+        self.n_stored = int(lengths.sum())
+        self._longest, self._shortest = _WindowMax(), _WindowMax()
+        for id, n in zip(self.ids, lengths.tolist()): self._longest.push(id, n); self._shortest.push(id, -n)
+
+    @locked
+    def load_state_dict(self, state:dict):
+        ("Restore from `state_dict()`: the whole state is checked first, "
+         "so one that does not fit raises `ValueError` and changes nothing.")
+        self.check_state(state)
+        self._assign(state)
 
 # %% ../nbs/09_sequence.ipynb #97056975
 @dataclass(eq=False)
@@ -261,6 +304,73 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
         self.prioritizer = self.prioritizer.moved(self.n_slots, old, new)
         return old, new
 
+    # Reading priorities, drawing episodes, and feeding errors back
+    def priorities(self, ids=None) -> np.ndarray:
+        "Raw priorities (|error| + epsilon) of the stored episodes `ids` (default: all stored, oldest first)."
+        ids = self.ids if ids is None else np.array(ids, dtype=np.int64, ndmin=1)
+        gone = ids[(ids < self.first_id) | (ids >= self.next_id)]
+        if len(gone):
+            raise ValueError(f"episode {gone[0]} is not stored: the stored ids are {self.first_id}..{self.next_id - 1}")
+        return self.prioritizer.raw[self._slots(ids)].copy()
+
+    def _draw(self, batch_size, shortest):
+        "Slots of `batch_size` episodes of at least `shortest` steps drawn by priority ** alpha, and their weights."
+        self._check_sample(batch_size, shortest)
+        if shortest != self.tree_length:
+            relay = self.shortest < max(shortest, self.tree_length)  # else every episode is eligible both ways
+            self.tree_length = shortest
+            if relay:
+                slots = self._slots(self.ids)
+                self.prioritizer.set_active(slots, self._lengths[slots] >= shortest)
+        return self.prioritizer.draw(self.rng, batch_size)
+
+    @locked
+    def sample_prioritized(self,
+                           batch_size:int, # chunks in the batch
+                           length:int, # consecutive steps per chunk
+                           pad:bool=False): # let chunks end at any step, repeating the episode's first step before it
+        "Chunks from episodes drawn in proportion to priority ** alpha, with their ids and importance weights."
+        check_int('length', length)
+        shortest = 1 if pad else length   # the shortest episode a chunk can come from
+        slots, weights = self._draw(batch_size, shortest)
+        # the chunk's last step, uniform over those allowed
+        last = self.rng.integers(shortest - 1, self._lengths[slots])
+        offsets = last - (length - 1)
+        return PrioritizedBatch(self._gather(slots, offsets, length),
+                                torch.from_numpy(self._ids_of(slots).astype(np.int64)),
+                                torch.from_numpy(weights))
+
+    @locked
+    def sample_sequences(self,
+                         batch_size:int, # sequences in the batch
+                         length:int, # steps per sequence that are trained on
+                         burn_in:int=0): # steps before them that only advance a recurrent state
+        ("Sequences of `burn_in + length` rows and a `mask` of the rows that are steps; "
+         "episodes drawn by priority ** alpha.")
+        check_int('length', length); check_int('burn_in', burn_in, low=0)
+        slots, weights = self._draw(batch_size, 1)
+        n = self._lengths[slots]
+        start = self.rng.integers(0, n)                           # the first step trained on, uniform over the episode
+        first = np.maximum(start - burn_in, 0)                    # the burn-in's first step
+        burn, train = np.arange(burn_in), np.arange(length)
+        mask = np.concatenate([burn < (start - first)[:, None], start[:, None] + train < n[:, None]], 1)
+        steps = np.concatenate([first[:, None] + burn, start[:, None] + train], 1)
+        return PrioritizedBatch(self._gather_steps(slots, steps),
+                                torch.from_numpy(self._ids_of(slots).astype(np.int64)),
+                                torch.from_numpy(weights), torch.from_numpy(mask))
+
+    @locked
+    def update_priorities(self,
+                          indices, # stable episode ids, as in `PrioritizedBatch.indices`
+                          errors): # one signed error per index, e.g. the TD error; its magnitude is used
+        "Set each episode's priority to |error| + epsilon; updates for evicted episodes are dropped."
+        ids, errors = feedback_arrays(indices, errors, ('indices', 'errors'))
+        bad = ids[(ids < 0) | (ids >= self.next_id)]
+        if len(bad):
+            raise ValueError(f"index {bad[0]} was never issued by this buffer (ids so far: 0..{self.next_id - 1})")
+        stored = ids >= self.first_id
+        self.prioritizer.update(self._slots(ids[stored]), errors[stored])
+
     # The state: the episode ring's, plus the core's for the stored episodes in id order
     def state_dict(self) -> dict:
         with self.lock:
@@ -277,115 +387,6 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
         slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=kind)
         core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
         self.prioritizer, self.tree_length = core, state['tree_length']
-
-# %% ../nbs/09_sequence.ipynb #2c415fa0
-@patch
-def priorities(self:PrioritizedSequenceReplay, ids=None) -> np.ndarray:
-    "Raw priorities (|error| + epsilon) of the stored episodes `ids` (default: all stored, oldest first)."
-    ids = self.ids if ids is None else np.array(ids, dtype=np.int64, ndmin=1)
-    gone = ids[(ids < self.first_id) | (ids >= self.next_id)]
-    if len(gone):
-        raise ValueError(f"episode {gone[0]} is not stored: the stored ids are {self.first_id}..{self.next_id - 1}")
-    return self.prioritizer.raw[self._slots(ids)].copy()
-
-# %% ../nbs/09_sequence.ipynb #c2f3e5ae
-@patch
-def _draw(self:PrioritizedSequenceReplay, batch_size, shortest):
-    "Slots of `batch_size` episodes of at least `shortest` steps drawn by priority ** alpha, and their weights."
-    self._check_sample(batch_size, shortest)
-    if shortest != self.tree_length:
-        relay = self.shortest < max(shortest, self.tree_length)  # else every episode is eligible both ways
-        self.tree_length = shortest
-        if relay:
-            slots = self._slots(self.ids)
-            self.prioritizer.set_active(slots, self._lengths[slots] >= shortest)
-    return self.prioritizer.draw(self.rng, batch_size)
-
-@patch
-@locked
-def sample_prioritized(self:PrioritizedSequenceReplay,
-                       batch_size:int, # chunks in the batch
-                       length:int, # consecutive steps per chunk
-                       pad:bool=False): # let chunks end at any step, repeating the episode's first step before it
-    "Chunks from episodes drawn in proportion to priority ** alpha, with their ids and importance weights."
-    check_int('length', length)
-    shortest = 1 if pad else length   # the shortest episode a chunk can come from
-    slots, weights = self._draw(batch_size, shortest)
-    last = self.rng.integers(shortest - 1, self._lengths[slots])   # the chunk's last step, uniform over those allowed
-    offsets = last - (length - 1)
-    return PrioritizedBatch(self._gather(slots, offsets, length),
-                            torch.from_numpy(self._ids_of(slots).astype(np.int64)),
-                            torch.from_numpy(weights))
-
-# %% ../nbs/09_sequence.ipynb #a0f85947
-@patch
-@locked
-def update_priorities(self:PrioritizedSequenceReplay,
-                      indices, # stable episode ids, as in `PrioritizedBatch.indices`
-                      errors): # one signed error per index, e.g. the TD error; its magnitude is used
-    "Set each episode's priority to |error| + epsilon; updates for evicted episodes are dropped."
-    ids, errors = feedback_arrays(indices, errors, ('indices', 'errors'))
-    bad = ids[(ids < 0) | (ids >= self.next_id)]
-    if len(bad): raise ValueError(f"index {bad[0]} was never issued by this buffer (ids so far: 0..{self.next_id - 1})")
-    stored = ids >= self.first_id
-    self.prioritizer.update(self._slots(ids[stored]), errors[stored])
-
-# %% ../nbs/09_sequence.ipynb #9e2b3ece
-@patch
-@locked
-def state_dict(self:SequenceReplay) -> dict:
-    "Everything needed to restore the buffer, the sampler's RNG included."
-    slots = self._slots(self.ids)
-    return dict(kind=type(self).__name__, version=self.schema_version, capacity=self.capacity,
-                n_added=self.storage.n_added, columns=self.storage.state(),
-                first_id=self.first_id, next_id=self.next_id,
-                starts=torch.from_numpy(self._starts[slots].copy()),
-                lengths=torch.from_numpy(self._lengths[slots].copy()),
-                rng=json.dumps(self.rng.bit_generator.state))
-
-@patch
-def check_state(self:SequenceReplay, state:dict):
-    ("Raise a `ValueError` naming the problem unless `state` loads into this buffer; "
-     "checks all that `load_state_dict` assigns.")
-    check_state_header(self, state, {'kind', 'version', 'capacity', 'n_added', 'columns', 'first_id', 'next_id',
-                                     'starts', 'lengths', 'rng'})
-    if state['capacity'] != self.capacity:
-        raise ValueError(f"state has capacity {state['capacity']}, this buffer {self.capacity}")
-    for k in ('n_added', 'first_id', 'next_id'): check_int(k, state[k], low=0)
-    n = state['next_id'] - state['first_id']
-    if n < 0: raise ValueError(f"state ids run from {state['first_id']} to {state['next_id'] - 1}")
-    for k in ('starts', 'lengths'): check_tensor(k, state[k], n, torch.int64)
-    starts, lengths = state['starts'].numpy(), state['lengths'].numpy()
-    if n and ((lengths < 1).any() or (starts[1:] != starts[:-1] + lengths[:-1]).any()
-              or starts[-1] + lengths[-1] != state['n_added']):
-        raise ValueError("state episodes must be non-empty and written back to back up to n_added")
-    if lengths.sum() > self.capacity:
-        raise ValueError(f"state holds {lengths.sum()} transitions, more than the capacity {self.capacity}")
-    self.storage.check_saved(state['n_added'], state['columns'])
-    rng_of_state(state['rng'])
-
-@patch
-def _assign(self:SequenceReplay, state:dict):
-    "Take over a checked `state`."
-    self.rng = rng_of_state(state['rng'])
-    self.storage.load(state['n_added'], state['columns'])
-    self.first_id, self.next_id = state['first_id'], state['next_id']
-    n_slots = min(self.capacity, self.min_slots)
-    while n_slots < self.n_episodes: n_slots = min(2 * n_slots, self.capacity)
-    self._alloc(n_slots)
-    slots, lengths = self._slots(self.ids), state['lengths'].numpy()
-    self._starts[slots], self._lengths[slots] = state['starts'].numpy(), lengths
-    self.n_stored = int(lengths.sum())
-    self._longest, self._shortest = _WindowMax(), _WindowMax()
-    for id, n in zip(self.ids, lengths.tolist()): self._longest.push(id, n); self._shortest.push(id, -n)
-
-@patch
-@locked
-def load_state_dict(self:SequenceReplay, state:dict):
-    ("Restore from `state_dict()`: the whole state is checked first, "
-     "so one that does not fit raises `ValueError` and changes nothing.")
-    self.check_state(state)
-    self._assign(state)
 
 # %% ../nbs/09_sequence.ipynb #cb5d9173
 class EpisodeAssembler(IterDataPipe):
@@ -414,6 +415,24 @@ class PendingEpisodes:
         if not bool(step.terminated | step.truncated): return None
         del self.steps[env]
         return Episode(steps)
+
+    def state_dict(self) -> dict:
+        "The unfinished episodes as plain data: `{str(env_id): {field: tensor}}`."
+        return {str(env): Episode(steps).steps.as_dict() for env, steps in self.steps.items()}
+
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads: an episode per env_id."
+        try:
+            for env, fields in state.items():
+                int(env)   # the env_id, saved as text
+                Episode(SimpleStep.from_fields(fields))
+        except (AttributeError, TypeError, ValueError) as e:
+            raise ValueError(f"open sequences do not fit: {e}") from e
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
+        self.check_state(state)
+        self.steps = {int(env): list(SimpleStep.from_fields(fields)) for env, fields in state.items()}
 
 # %% ../nbs/09_sequence.ipynb #c39bedc2
 class SequenceReplayPipe(IterDataPipe):
@@ -454,21 +473,21 @@ class SequenceReplayPipe(IterDataPipe):
             if self.items % self.every == 0 and len(self.buffer) >= self.warmup and self.buffer.longest >= shortest:
                 yield self.sample()
 
-# %% ../nbs/09_sequence.ipynb #8f5640fd
-@patch
-@locked
-def sample_sequences(self:PrioritizedSequenceReplay,
-                     batch_size:int, # sequences in the batch
-                     length:int, # steps per sequence that are trained on
-                     burn_in:int=0): # steps before them that only advance a recurrent state
-    "Sequences of `burn_in + length` rows and a `mask` of the rows that are steps; episodes drawn by priority ** alpha."
-    check_int('length', length); check_int('burn_in', burn_in, low=0)
-    slots, weights = self._draw(batch_size, 1)
-    n = self._lengths[slots]
-    start = self.rng.integers(0, n)                           # the first step trained on, uniform over the episode
-    first = np.maximum(start - burn_in, 0)                    # the burn-in's first step
-    burn, train = np.arange(burn_in), np.arange(length)
-    mask = np.concatenate([burn < (start - first)[:, None], start[:, None] + train < n[:, None]], 1)
-    steps = np.concatenate([first[:, None] + burn, start[:, None] + train], 1)
-    return PrioritizedBatch(self._gather_steps(slots, steps), torch.from_numpy(self._ids_of(slots).astype(np.int64)),
-                            torch.from_numpy(weights), torch.from_numpy(mask))
+    # The state besides the buffer's: the open episodes and the count of items (the sampling cadence)
+    def state_dict(self, pending:bool=True) -> dict:
+        "The open episodes (none when not `pending`: their envs start afresh) and the items taken, as plain data."
+        return dict(pending=self.pending.state_dict() if pending else {}, items=self.items)
+
+    def check_state(self, state:dict):
+        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads into this pipe."
+        if not isinstance(state, dict) or set(state) != {'pending', 'items'}:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"sequence pipe state must be a dict of ['items', 'pending'], got {got}")
+        check_int('sequence items', state['items'], low=0)
+        self.pending.check_state(state['pending'])
+
+    def load_state_dict(self, state:dict):
+        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
+        self.check_state(state)
+        self.pending.load_state_dict(state['pending'])
+        self.items = state['items']
