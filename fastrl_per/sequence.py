@@ -14,6 +14,7 @@ from .core import SimpleStep
 from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header, rng_of_state
 from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor
 from .checks import check_int, check_number
+from .state import Stateful, check_keys
 
 # %% auto #0
 __all__ = ['Episode', 'SequenceReplay', 'PrioritizedBatch', 'PrioritizedSequenceReplay', 'EpisodeAssembler', 'PendingEpisodes',
@@ -237,8 +238,9 @@ class SequenceReplay(BufferCore):
             raise ValueError(f"state holds {lengths.sum()} transitions, more than the capacity {self.capacity}")
         self.storage.check_saved(state['n_added'], state['columns'])
         rng_of_state(state['rng'])
+        return state
 
-    def _assign(self, state:dict):
+    def assign(self, state:dict):
         "Take over a checked `state`."
         self.rng = rng_of_state(state['rng'])
         self.storage.load(state['n_added'], state['columns'])
@@ -256,8 +258,7 @@ class SequenceReplay(BufferCore):
     def load_state_dict(self, state:dict):
         ("Restore from `state_dict()`: the whole state is checked first, "
          "so one that does not fit raises `ValueError` and changes nothing.")
-        self.check_state(state)
-        self._assign(state)
+        self.assign(self.check_state(state))
 
 # %% ../nbs/09_sequence.ipynb #97056975
 @dataclass(eq=False)
@@ -378,11 +379,12 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
                         tree_length=self.tree_length)
     def check_state(self, state:dict):
         super().check_state(state)
-        if 'tree_length' not in state: raise ValueError("prioritized buffer state is missing ['tree_length']")
+        check_keys('prioritized buffer state', state, {'tree_length'})
         check_int('tree_length', state['tree_length'])
         self.prioritizer.check_state(state, state['next_id'] - state['first_id'])
-    def _assign(self, state:dict):
-        super()._assign(state)
+        return state
+    def assign(self, state:dict):
+        super().assign(state)
         kind = self.prioritizer.prioritization
         slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=kind)
         core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
@@ -397,7 +399,7 @@ class EpisodeAssembler(IterDataPipe):
     def __iter__(self):
         for item in self.source_datapipe: yield from self.pending.add(item)
 
-class PendingEpisodes:
+class PendingEpisodes(Stateful):
     "Steps of the unfinished episode of each env_id (a plain object, so graph traversal leaves it alone)."
     def __init__(self): self.steps = {}
 
@@ -420,22 +422,23 @@ class PendingEpisodes:
         "The unfinished episodes as plain data: `{str(env_id): {field: tensor}}`."
         return {str(env): Episode(steps).steps.as_dict() for env, steps in self.steps.items()}
 
-    def check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads: an episode per env_id."
+    def check_state(self, state:dict) -> dict:
+        ("The open episodes of `state` (from `state_dict`) as lists of steps by env_id; "
+         "a `ValueError` naming the problem unless it holds an episode per env_id.")
         try:
+            checked = {}
             for env, fields in state.items():
-                int(env)   # the env_id, saved as text
-                Episode(SimpleStep.from_fields(fields))
+                steps = SimpleStep.from_fields(fields)
+                Episode(steps)   # one episode of one env
+                checked[int(env)] = list(steps)   # the env_id, saved as text
+            return checked
         except (AttributeError, TypeError, ValueError) as e:
             raise ValueError(f"open sequences do not fit: {e}") from e
 
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
-        self.check_state(state)
-        self.steps = {int(env): list(SimpleStep.from_fields(fields)) for env, fields in state.items()}
+    def assign(self, steps:dict): self.steps = steps
 
 # %% ../nbs/09_sequence.ipynb #c39bedc2
-class SequenceReplayPipe(IterDataPipe):
+class SequenceReplayPipe(Stateful, IterDataPipe):
     "Add episodes to `buffer`; once a chunk fits, yield a sampled batch every `every` incoming items."
     def __init__(self,
                  source_datapipe, # yields Episodes, or SimpleSteps to assemble into episodes
@@ -479,15 +482,12 @@ class SequenceReplayPipe(IterDataPipe):
         return dict(pending=self.pending.state_dict() if pending else {}, items=self.items)
 
     def check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` (from `state_dict`) loads into this pipe."
-        if not isinstance(state, dict) or set(state) != {'pending', 'items'}:
-            got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"sequence pipe state must be a dict of ['items', 'pending'], got {got}")
-        check_int('sequence items', state['items'], low=0)
-        self.pending.check_state(state['pending'])
+        "The count and open episodes of `state` (from `state_dict`); a `ValueError` naming the problem otherwise."
+        check_keys('sequence pipe state', state, {'pending', 'items'}, exact=True)
+        return dict(items=check_int('sequence items', state['items'], low=0),
+                    pending=self.pending.check_state(state['pending']))
 
-    def load_state_dict(self, state:dict):
-        "Restore what `state_dict` saved; checked first, so a `ValueError` changes nothing."
-        self.check_state(state)
-        self.pending.load_state_dict(state['pending'])
-        self.items = state['items']
+    def assign(self, checked:dict):
+        "Take over the open episodes and the count `check_state` returned."
+        self.pending.assign(checked['pending'])
+        self.items = checked['items']
