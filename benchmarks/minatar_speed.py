@@ -48,6 +48,7 @@ from fastrl_per.priorities import kind_defaults
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import alternate  # noqa: E402   (turns of equal load, shared with the CartPole and Pong benchmarks)
+from hand_loop import EnvSteps  # noqa: E402   (the loop's transitions, counted as the Learner counts them)
 
 GOAL, CHECK_STEPS, REPLAYS = 1.1, 300, ('per', 'uniform')
 
@@ -73,7 +74,7 @@ def settings(env_id: str, total_steps: int, warmup: int, target_every: int | Non
     return dict(c, warmup=warmup, eps_start=c['eps_end'], target_every=target_every or c['target_every'], eps=1e-6)
 
 
-class HandLoop:
+class HandLoop(EnvSteps):
     "DQN on a MinAtar game as one plain loop (cleanrl style): the same work as `Learner`, prioritized or uniform."
     def __init__(self, env_id: str, replay: str, seed: int, c: dict):
         assert c['n_step'] == 1 and not c['double'] and c['max_grad_norm'] is None and c['train_every'] == 1
@@ -84,24 +85,19 @@ class HandLoop:
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
         self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
-        self.env = EnvRun(env_id, 1, seed)
+        super().__init__(EnvRun(env_id, 1, seed), self.agent)
         if self.per:
             alpha, beta = kind_defaults('proportional', None, None)
             self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=alpha, beta=beta, eps=c['eps'],
                                                seed=seed)
         else: self.buf = ReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], seed=seed)
-        self.frames, self.updates, self.returns = 0, 0, []
+        self.updates = 0
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
         self.planned = c['total_steps'] - self.start + 1   # updates in the run, as the Learner plans beta
 
     def fit(self, steps: int) -> list[dict]:
-        rows, end = [], self.frames + steps
-        while self.frames < end:
-            step = self.env.step(self.agent)
-            if not len(step): continue  # an autoreset row: not a transition
-            step = step[0]
-            self.frames += 1
-            if step.terminated or step.truncated: self.returns.append((self.frames, step.total_reward.item()))
+        rows = []
+        for step in self.transitions(steps):
             self.buf.add(step)
             if len(self.buf) >= self.start: rows.append(self.update())
         return rows

@@ -23,7 +23,7 @@ from .checks import check_int, check_number
 # %% auto #0
 __all__ = ['DEPLOYMENT', 'apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
            'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient',
-           'ApexRun', 'Batches']
+           'check_apex_args', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
@@ -290,6 +290,18 @@ class ReplayClient:
 # %% ../nbs/13_apex.ipynb #e4ade73c
 DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')   # where a run runs: not in its config
 
+def check_apex_args(a:dict):
+    "A `ValueError` naming the first of `ApexRun`'s arguments `a` (by name) that is out of its range."
+    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'envs', 'eps_decay_steps',
+              'batches_per_call'): check_int(k, a[k])
+    check_int('max_restarts', a['max_restarts'], low=0); check_number('replay_ratio', a['replay_ratio'], low_ok=False)
+    check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma'])
+    check_number('actor_cpus', a['actor_cpus'], low_ok=False); check_number('replay_cpus', a['replay_cpus'])
+    if a['num_cpus'] is not None: check_number('num_cpus', a['num_cpus'], low_ok=False)
+    for name in ('eps_start', 'eps_end'):
+        if check_number(name, a[name]) > 1:
+            raise ValueError(f"exploration rate {name} must be in [0, 1], got {a[name]!r}")
+
 class ApexRun:
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
@@ -335,29 +347,11 @@ class ApexRun:
         args = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
         self.deployment = {k: args[k] for k in DEPLOYMENT}
-        counts = dict(total_steps=total_steps, bs=bs, max_sz=max_sz, publish_every=publish_every, chunk=chunk,
-                      hidden=hidden, n_step=n_step, envs=envs, eps_decay_steps=eps_decay_steps,
-                      batches_per_call=batches_per_call)
-        for k, v in counts.items(): check_int(k, v)
-        check_int('max_restarts', max_restarts, low=0); check_number('replay_ratio', replay_ratio, low_ok=False)
-        check_number('timeout', timeout, low_ok=False); check_gamma(gamma)
-        check_number('actor_cpus', actor_cpus, low_ok=False); check_number('replay_cpus', replay_cpus)
-        if num_cpus is not None: check_number('num_cpus', num_cpus, low_ok=False)
-        for name, rate in (('eps_start', eps_start), ('eps_end', eps_end)):
-            if check_number(name, rate) > 1:
-                raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
+        check_apex_args(args)
         self.capacity = shard_capacity(max_sz, replay_shards)
         self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
-        obs_dim, n_actions = discrete_env_dims(env_id)
-        torch.manual_seed(seed)
-        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
-        self.target_model = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm).requires_grad_(False)
-        self.target_model.load_state_dict(self.model.state_dict())
-        self.optimizer = adam(self.model, lr)
-        # the least exploring actor's schedule: the metrics' exploration
-        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, eps_start, self.epsilons[-1], self.decay,
-                                                   seed=seed)
+        self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
         self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards)
@@ -365,11 +359,31 @@ class ApexRun:
         self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
         self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
-        # the single-process learner's DQN update, after batches from the replay actors
+        self.assemble()
+
+    def build_networks(self):
+        ("The Q-network (seeded with `seed`), its target copy, the optimiser and the agent, which follows the least "
+         "exploring actor's schedule: the metrics' exploration.")
+        c = self.config
+        obs_dim, n_actions = discrete_env_dims(c['env_id'])
+        torch.manual_seed(c['seed'])
+        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, c['hidden'],
+                                                                layer_norm=c['layer_norm'])
+        self.target_model = QNetwork(obs_dim, n_actions, c['hidden'], layer_norm=c['layer_norm']).requires_grad_(False)
+        self.target_model.load_state_dict(self.model.state_dict())
+        self.optimizer = adam(self.model, c['lr'])
+        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c['eps_start'], self.epsilons[-1],
+                                                   self.decay, seed=c['seed'])
+
+    def assemble(self):
+        ("`pipe`: the single-process learner's DQN update after batches from the replay actors, publishing the "
+         "weights every `publish_every` updates.")
+        c = self.config
+        updates = max(1, round(c['total_steps'] * c['replay_ratio']))
         self.pipe, self.target_update, self.anneal = dqn_update(
-            Batches(self), self.model, self.target_model, self.optimizer, self.explorer, self.replay, gamma,
-            max_grad_norm, double=double, tau=tau, updates=max(1, round(total_steps * replay_ratio)))
-        self.pipe = Publish(self.pipe, self, self.model, every=publish_every)
+            Batches(self), self.model, self.target_model, self.optimizer, self.explorer, self.replay, c['gamma'],
+            c['max_grad_norm'], double=c['double'], tau=c['tau'], updates=updates)
+        self.pipe = Publish(self.pipe, self, self.model, every=c['publish_every'])
 
     def new_shards(self) -> list[ReplayServer]:
         "The run's empty replay shards, in this process: shard k seeded with seed + k."
@@ -430,7 +444,7 @@ class ApexRun:
         if len(done) < n:
             free, cpus = ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0)
             raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
-                               f"{d['actor_cpus']:g} CPU (--actor-cpus) and Ray has {free:g} of {cpus:g} free")
+                               f"{d['actor_cpus']:g} CPU (`actor_cpus`) and Ray has {free:g} of {cpus:g} free")
         actors = [dict(a, restarts=r) for a, r in zip(ray.get(refs), self.restarts)]
         self.counted = list(self.restarts)   # Ray counts each start's actors afresh
         shards = self.replay.locate()

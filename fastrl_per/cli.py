@@ -8,15 +8,22 @@ import argparse, inspect, re, sys, textwrap, typing, warnings
 from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
-from .factories import learner_classes, flag
+from .factories import learner_classes
 from .atari import ID_DEFAULTS
 from .apex import ApexRun
 
 # %% auto #0
-__all__ = ['EXIT_CODES', 'ATARI_NOTE', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments',
-           'learner_help', 'learner_flags', 'commands', 'make_parser', 'one_line', 'show_warning', 'main']
+__all__ = ['FLAG_NAMES', 'EXIT_CODES', 'ATARI_NOTE', 'flag', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags',
+           'learner_arguments', 'learner_help', 'learner_flags', 'commands', 'make_parser', 'one_line', 'flagged',
+           'show_warning', 'main']
 
 # %% ../nbs/08_cli.ipynb #505ef520
+FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', address='ray_address')
+
+def flag(name:str) -> str:
+    "The command-line flag of argument `name`."
+    return '--' + FLAG_NAMES.get(name, name).replace('_', '-')
+
 def typed(name:str, value) -> str:
     "`value` of argument `name` as a user would type it."
     if isinstance(value, bool): return flag(name) if value else '--no-' + flag(name)[2:]
@@ -40,9 +47,8 @@ def metavar(hint) -> str:
 def add_flag(group, name:str, hint, help:str):
     "Add the flag of argument `name` to `group`: `--name VALUE`, or `--name/--no-name` for a bool."
     help = re.sub(r'\bNone\b', 'none', help)   # the command's word for Python's None, as `typed` writes it
-    dest = flag(name)[2:].replace('-', '_')  # `train` takes the learner's options by their flags' names
-    if hint is bool: group.add_argument(flag(name), dest=dest, action=argparse.BooleanOptionalAction, help=help)
-    else: group.add_argument(flag(name), dest=dest, type=converter(hint), metavar=metavar(hint), help=help)
+    if hint is bool: group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction, help=help)
+    else: group.add_argument(flag(name), dest=name, type=converter(hint), metavar=metavar(hint), help=help)
 
 def function_flags(group, func):
     "A flag for each parameter of `func` with a default, a positional argument for each without."
@@ -133,6 +139,13 @@ def one_line(message) -> str:
     "`message` on one line."
     return ' '.join(str(message).split())
 
+def flagged(message) -> str:
+    ("`message` in the command's words: each argument of a command or a learner that it names as `` `name` `` or "
+     "`name=value` (the library's words) written as its flag, `--flag` or `--flag value`.")
+    names = {*learner_arguments(), *(p for func, *_ in commands().values() for p in inspect.signature(func).parameters)}
+    def said(m): return m[0] if (m[1] or m[2]) not in names else flag(m[1] or m[2]) + ('' if m[1] else ' ')
+    return re.sub(r"`(\w+)`|\b(\w+)=", said, str(message))
+
 def show_warning(message, category, filename, lineno, file=None, line=None):
     "Print a warning as one line on stderr."
     print(f"fastrl_per: warning: {one_line(message)}", file=sys.stderr)
@@ -158,6 +171,6 @@ def main(argv:list[str]|None=None):
             sys.exit(130)
         except Exception as e:
             if debug: raise
-            print(f"fastrl_per {name}: error: {one_line(e) or type(e).__name__}", file=sys.stderr)
+            print(f"fastrl_per {name}: error: {one_line(flagged(e)) or type(e).__name__}", file=sys.stderr)
             sys.exit(1)
     print(out)

@@ -35,15 +35,18 @@ class NatureQNetwork(nn.Module):
                  dueling:bool=False, # Wang et al.'s value + advantage - mean advantage head
                  frame_size:int=84): # frames are `frame_size`×`frame_size`
         super().__init__()
-        check_int('in_frames', in_frames); check_int('n_actions', n_actions); check_int('frame_size', frame_size, low=36)
+        check_int('in_frames', in_frames); check_int('n_actions', n_actions)
+        check_int('frame_size', frame_size, low=36)
         side = conv_out(conv_out(conv_out(frame_size, 8, 4), 4, 2), 3, 1)
         self.dueling, self.n_actions = dueling, n_actions
-        self.features = nn.Sequential(nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(), nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+        self.features = nn.Sequential(nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(),
+                                      nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
                                       nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
         add_heads(self, lambda n_out: nn.Sequential(nn.Linear(64 * side * side, 512), nn.ReLU(), nn.Linear(512, n_out)))
 
     def forward(self, frames:torch.Tensor) -> torch.Tensor:
-        "Q-values `(batch, n_actions)` of a batch of frame stacks `(batch, in_frames, side, side)` holding pixel values 0-255."
+        ("Q-values `(batch, n_actions)` of a batch of frame stacks `(batch, in_frames, side, side)` holding pixel "
+         "values 0-255.")
         return q_values(self, self.features(frames.float() / 255))
 
 # %% ../nbs/06c_conv.ipynb #cf725365

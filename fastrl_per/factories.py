@@ -17,8 +17,8 @@ from .rundir import load_checkpoint
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['BOX2D_EXTRA', 'FLAG_NAMES', 'check_env_dependencies', 'flag', 'learner_config', 'learner_classes', 'restore_learner',
-           'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
+__all__ = ['BOX2D_EXTRA', 'check_env_dependencies', 'learner_classes', 'restore_learner', 'new_learner', 'env_defaults',
+           'resume_learner', 'apex_class']
 
 # %% ../nbs/07c_factories.ipynb #96b5e691
 BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
@@ -34,20 +34,8 @@ def check_env_dependencies(env_id):
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07c_factories.ipynb #41235744
-FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', address='ray_address')
-
-def flag(name:str) -> str:
-    "The command-line flag of learner argument `name`."
-    return '--' + FLAG_NAMES.get(name, name).replace('_', '-')
-
-def learner_config(options:dict) -> dict:
-    ("`train`'s learner options (named as the command's flags: `env`, `steps`, ...) by the learner's names "
-     "(`env_id`, `total_steps`, ...).")
-    names = {v: k for k, v in FLAG_NAMES.items()}
-    return {names.get(k, k): v for k, v in options.items()}
-
 def learner_classes() -> dict:
-    "The learners a run can use, by `--model` name."
+    "The learners a run can use, by their `model` name."
     return dict(mlp=Learner, recurrent=RecurrentLearner)
 
 def restore_learner(state:dict, **deployment) -> Learner:
@@ -66,10 +54,10 @@ def new_learner(model:str, **config) -> Learner:
      "a `ValueError` naming an argument it does not take.")
     if model not in learner_classes():
         raise ValueError(f"model must be one of {sorted(learner_classes())}, got {model!r}")
-    if config.get('actors'): cls, kind = apex_class(model), '--actors'
-    else: cls, kind = learner_classes()[model], f'--model {model}'
+    if config.get('actors'): cls, kind = apex_class(model), '`actors`'
+    else: cls, kind = learner_classes()[model], f'model={model!r}'
     params = inspect.signature(cls).parameters
-    foreign = [flag(k) for k in config if k not in params]
+    foreign = [f'`{k}`' for k in config if k not in params]
     if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to {kind}")
     env_id = config.get('env_id', params['env_id'].default)
     check_env_dependencies(env_id)
@@ -86,13 +74,13 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
     deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
     old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
-    conflicts = [f"{flag(k)} {v!r} (the run has {old.get(k)!r})"
+    conflicts = [f"{k}={v!r} (the run has {old.get(k)!r})"
                  for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
     if model is not None and learner_classes().get(model) is not cls:
-        conflicts.insert(0, f"--model {model!r} (the run has a {state.get('learner')})")
+        conflicts.insert(0, f"model={model!r} (the run has a {state.get('learner')})")
     if conflicts:
-        raise ValueError("--resume keeps the run's settings, and these flags contradict its checkpoint: "
-                         f"{'; '.join(conflicts)}; only --steps may change")
+        raise ValueError("`resume` keeps the run's settings, and these contradict its checkpoint: "
+                         f"{'; '.join(conflicts)}; only `total_steps` may change")
     total, notes = config.get('total_steps', old.get('total_steps')), []
     if total != old.get('total_steps'):
         check_int('total_steps', total)
@@ -106,9 +94,9 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
     return learner, state, notes
 
 def apex_class(model:str) -> type:
-    ("`ApexRun`, what `--actors` trains (an mlp Q-network); a `ValueError` naming the extra to install "
+    ("`ApexRun`, what `actors` trains (an mlp Q-network); a `ValueError` naming the extra to install "
      "if Ray is missing.")
-    if model != 'mlp': raise ValueError(f"--actors trains the mlp Q-network (Ape-X), not --model {model}")
+    if model != 'mlp': raise ValueError(f"`actors` trains the mlp Q-network (Ape-X), not model={model!r}")
     try: require_ray()
     except ImportError as e: raise ValueError(str(e)) from None
     return ApexRun

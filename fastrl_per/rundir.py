@@ -35,13 +35,13 @@ def is_run(path) -> bool:
 def check_new_run_dir(out) -> Path:
     "`out` as a `Path` if a new run may go there (a new or empty directory), else a `ValueError` saying why."
     path = Path(out)
-    if path.exists() and not path.is_dir(): raise ValueError(f"--out {str(path)!r} is a file, not a directory")
+    if path.exists() and not path.is_dir(): raise ValueError(f"out={str(path)!r} is a file, not a directory")
     if is_run(path):
-        raise ValueError(f"{str(path)!r} already holds a run; continue it with --resume {shlex.quote(str(path))}, "
-                         "or choose another --out")
+        raise ValueError(f"{str(path)!r} already holds a run; continue it with resume={str(path)!r}, "
+                         "or choose another `out`")
     if path.is_dir() and any(path.iterdir()):
         raise ValueError(f"{str(path)!r} holds files that are not a fastrl_per run; "
-                         "choose a new or empty directory for --out")
+                         "choose a new or empty directory for `out`")
     return path
 
 def remove_orphans(run_dir:Path) -> list[Path]:

@@ -18,7 +18,7 @@ from .rundir import (METRIC_COLUMNS, check_new_run_dir, keep_metrics_until, load
                                manifest_differences, read_manifest, remove_orphans, RunMismatchWarning, save_best,
                                save_run, share_mode, start_manifest, now, write_manifest)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
-from .factories import learner_config, new_learner, restore_learner, resume_learner
+from .factories import new_learner, restore_learner, resume_learner
 
 # %% auto #0
 __all__ = ['RunInterrupted', 'StopSignals', 'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed',
@@ -67,7 +67,7 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
         return learner, run_dir, None, 0, []
     run_dir = Path(resume)
     if out is not None and Path(out).resolve() != run_dir.resolve():
-        raise ValueError(f"--out {str(out)!r} contradicts --resume {str(resume)!r}; "
+        raise ValueError(f"out={str(out)!r} contradicts resume={str(resume)!r}; "
                          "a resumed run stays in its directory")
     previous = read_manifest(run_dir)
     learner, state, notes = resume_learner(run_dir, model, config)
@@ -79,7 +79,7 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
                          "start a new run")
     if learner.config['total_steps'] <= learner.episodes.frames:
         raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.frames} steps; "
-                         "ask for more with --steps")
+                         "ask for more with `total_steps`")
     if check: check(learner)
     for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
     remove_orphans(run_dir)
@@ -120,7 +120,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
     check_int('eval_seed', eval_seed, low=0)
     seed, total = config['seed'], config['total_steps']
     if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
-        raise ValueError(f"--eval-seed {eval_seed} would evaluate on the training env's seeds "
+        raise ValueError(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
                          f"({seed} to {seed + total}); choose one outside them")
 
 def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
@@ -270,15 +270,14 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           progress:bool=True, # show a progress bar
           # this many Ape-X actors step envs on Ray (ray extra; --ray-address or $RAY_ADDRESS joins a cluster); 0: none
           actors:int=0,
-          # the learner's arguments (`Learner`'s or `RecurrentLearner`'s) by their flags' names: `env`, `steps`, ...
-          **options):
+          # the learner's arguments (`Learner`'s, `RecurrentLearner`'s or `ApexRun`'s): `env_id`, `total_steps`, ...
+          **config):
     ("Train DQN; write the manifest, metrics, TensorBoard events, checkpoints, the best network and a plot "
      "to the run directory.")
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     require_cli_extra()
     torch.set_num_threads(threads)
-    config = learner_config(options)
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)

@@ -135,8 +135,8 @@ def command(*args, timeout=240):
 def test_actors_refuse_what_apex_does_not_take(tmp_path):
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     from fastrl_per.train import train
-    with pytest.raises(ValueError, match='--dueling does not apply to --actors'): train(actors=1, dueling=True, out=tmp_path / 'a')
-    with pytest.raises(ValueError, match=r'--actors trains the mlp Q-network \(Ape-X\), not --model recurrent'):
+    with pytest.raises(ValueError, match='`dueling` does not apply to `actors`'): train(actors=1, dueling=True, out=tmp_path / 'a')
+    with pytest.raises(ValueError, match=r"`actors` trains the mlp Q-network \(Ape-X\), not model='recurrent'"):
         train(actors=1, model='recurrent', out=tmp_path / 'a')
     assert not (tmp_path / 'a').exists()
 

@@ -211,7 +211,7 @@ def test_a_budget_ending_on_open_n_step_windows_still_evaluates_the_final_networ
     probe.fit(400)
     end = next(frame for frame, _ in probe.episodes.returns if frame > 150)   # an episode ends at step `end`: step end + 1 opens a window only
     out = tmp_path / 'run'
-    train(out=str(out), steps=end + 1, bs=16, n_step=3, eval_every=100, eval_episodes=2, solved=0, progress=False)
+    train(out=str(out), total_steps=end + 1, bs=16, n_step=3, eval_every=100, eval_episodes=2, solved=0, progress=False)
     rows = metrics(out)
     assert int(rows[-1]['frame']) == end and rows[-1]['eval_return'] != ''   # the final evaluation, on the last update's row
     assert len(rows) == int(rows[-1]['update'])                               # still one row per update

@@ -388,7 +388,7 @@ def base_run(tmp_path_factory):
     "A 300-step run of 1-step transitions and batches of 64 (so counts are easy to state), trained once; tests that change a run work on a copy."
     run = tmp_path_factory.mktemp('base') / 'run'
     torch.set_num_threads(1)
-    summary = train(steps=300, out=str(run), progress=False, **ONE_STEP)
+    summary = train(total_steps=300, out=str(run), progress=False, **ONE_STEP)
     assert '300 steps' in summary
     return run
 
@@ -405,7 +405,7 @@ def test_resume_continues_counters(base_run, tmp_path):
     assert first['frames'] == 300 and first['replay']['n_added'] == 300
     n_first = len(read_metrics(run)['frame'])
     assert first['updates'] == n_first == 300 - 64 + 1
-    train(steps=500, resume=str(run), progress=False)
+    train(total_steps=500, resume=str(run), progress=False)
     state = load_checkpoint(run)
     frames = read_metrics(run)['frame']
     assert state['frames'] == 500
@@ -447,28 +447,28 @@ def set_hidden(run): edit_checkpoint(run, lambda s: s['config'].update(hidden=64
 
 # (name, prepare the copied run dir or None, the failing call given the run dir and a fresh dir, words the message names)
 BAD = [
-    ('unknown env', None, lambda run, new: train(env='NoSuchEnv-v0', steps=100, out=str(new), progress=False), ['NoSuchEnv-v0']),
-    ('continuous actions', None, lambda run, new: train(env='Pendulum-v1', steps=100, out=str(new), progress=False),
+    ('unknown env', None, lambda run, new: train(env_id='NoSuchEnv-v0', total_steps=100, out=str(new), progress=False), ['NoSuchEnv-v0']),
+    ('continuous actions', None, lambda run, new: train(env_id='Pendulum-v1', total_steps=100, out=str(new), progress=False),
      ['Pendulum-v1', 'discrete']),
-    ('steps 0', None, lambda run, new: train(steps=0, out=str(new), progress=False), ['steps', '0']),
-    ('steps -5', None, lambda run, new: train(steps=-5, out=str(new), progress=False), ['steps', '-5']),
-    ('resume steps 0', None, lambda run, new: train(steps=0, resume=str(run), progress=False), ['steps', '0']),
-    ('resume steps -5', None, lambda run, new: train(steps=-5, resume=str(run), progress=False), ['steps', '-5']),
-    ('resume no further', None, lambda run, new: train(steps=300, resume=str(run), progress=False), ['300']),
-    ('out holds a run', None, lambda run, new: train(steps=400, out=str(run), progress=False), ['already holds a run']),
-    ('out holds a run, bad env', None, lambda run, new: train(env='Pendulum-v1', steps=400, out=str(run), progress=False),
+    ('steps 0', None, lambda run, new: train(total_steps=0, out=str(new), progress=False), ['steps', '0']),
+    ('steps -5', None, lambda run, new: train(total_steps=-5, out=str(new), progress=False), ['steps', '-5']),
+    ('resume steps 0', None, lambda run, new: train(total_steps=0, resume=str(run), progress=False), ['steps', '0']),
+    ('resume steps -5', None, lambda run, new: train(total_steps=-5, resume=str(run), progress=False), ['steps', '-5']),
+    ('resume no further', None, lambda run, new: train(total_steps=300, resume=str(run), progress=False), ['300']),
+    ('out holds a run', None, lambda run, new: train(total_steps=400, out=str(run), progress=False), ['already holds a run']),
+    ('out holds a run, bad env', None, lambda run, new: train(env_id='Pendulum-v1', total_steps=400, out=str(run), progress=False),
      ['already holds a run']),
-    ('resume without checkpoint', None, lambda run, new: train(steps=400, resume=str(new), progress=False),
+    ('resume without checkpoint', None, lambda run, new: train(total_steps=400, resume=str(new), progress=False),
      ['no checkpoint', 'checkpoint.pt']),
-    ('corrupt checkpoint, resume', corrupt, lambda run, new: train(steps=400, resume=str(run), progress=False),
+    ('corrupt checkpoint, resume', corrupt, lambda run, new: train(total_steps=400, resume=str(run), progress=False),
      ['cannot read checkpoint', 'checkpoint.pt']),
     ('corrupt checkpoint, evaluate', corrupt, lambda run, new: evaluate(str(run), episodes=1),
      ['cannot read checkpoint', 'checkpoint.pt']),
-    ('edited config, resume', set_hidden, lambda run, new: train(steps=400, resume=str(run), progress=False),
+    ('edited config, resume', set_hidden, lambda run, new: train(total_steps=400, resume=str(run), progress=False),
      ['do not fit', 'size mismatch']),
     ('edited config, evaluate', set_hidden, lambda run, new: evaluate(str(run), episodes=1), ['do not fit']),
     ('wrong version', lambda run: edit_checkpoint(run, lambda s: s.__setitem__('version', 7)),
-     lambda run, new: train(steps=400, resume=str(run), progress=False), ['version 7']),
+     lambda run, new: train(total_steps=400, resume=str(run), progress=False), ['version 7']),
     ('evaluate episodes 0', None, lambda run, new: evaluate(str(run), episodes=0), ['episodes', '0']),
 ]
 
@@ -500,7 +500,7 @@ def test_checkpoint_with_unknown_config_key(base_run, tmp_path):
     run = copy_run(base_run, tmp_path)
     edit_checkpoint(run, lambda s: s['config'].update(foo=1))
     before = snapshot(run)
-    with pytest.raises(ValueError, match='foo'): train(steps=400, resume=str(run), progress=False)
+    with pytest.raises(ValueError, match='foo'): train(total_steps=400, resume=str(run), progress=False)
     with pytest.raises(ValueError, match='foo'): evaluate(str(run), episodes=1)
     assert snapshot(run) == before
 
@@ -508,7 +508,7 @@ def test_checkpoint_with_unknown_config_key(base_run, tmp_path):
 def test_checkpoint_missing_a_part(base_run, tmp_path):
     run = copy_run(base_run, tmp_path)
     edit_checkpoint(run, lambda s: s.pop('replay'))
-    with pytest.raises(ValueError, match='replay'): train(steps=400, resume=str(run), progress=False)
+    with pytest.raises(ValueError, match='replay'): train(total_steps=400, resume=str(run), progress=False)
 
 
 def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monkeypatch):
@@ -516,8 +516,8 @@ def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monk
     def disk_full(*args): raise OSError('disk full')
     with monkeypatch.context() as m:
         m.setattr(rundir_mod, "save_checkpoint", disk_full)
-        with pytest.raises(OSError): train(steps=400, resume=str(run), progress=False)
-    train(steps=450, resume=str(run), progress=False)
+        with pytest.raises(OSError): train(total_steps=400, resume=str(run), progress=False)
+    train(total_steps=450, resume=str(run), progress=False)
     frames = read_metrics(run)['frame']
     np.testing.assert_array_equal(frames, np.arange(64, 451))
 
@@ -608,7 +608,7 @@ def test_layer_norm_is_the_default_and_can_be_turned_off(tmp_path):
     rows = learner.fit(300)
     assert rows and all(np.isfinite(r['loss']) for r in rows)
     assert not torch.equal(learner.model[1].weight, torch.ones(128))   # the LayerNorm's scale trains with the rest
-    train(out=str(tmp_path / 'run'), steps=200, layer_norm=False, progress=False)
+    train(out=str(tmp_path / 'run'), total_steps=200, layer_norm=False, progress=False)
     state = load_checkpoint(tmp_path / 'run')
     assert state['config']['layer_norm'] is False and not any('LayerNorm' in type(m).__name__ for m in Learner(**state['config']).model)
 
@@ -624,7 +624,7 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
     old = learner.state_dict()
     torch.save(dict(old, version=2, config={k: v for k, v in old['config'].items() if k != 'layer_norm'}), run / 'checkpoint.pt')
     (run / 'best.pt').unlink()
-    train(steps=400, resume=str(run), progress=False)
+    train(total_steps=400, resume=str(run), progress=False)
     resumed = load_checkpoint(run)
     assert (resumed['version'], resumed['config']['layer_norm'], resumed['frames']) == (3, False, 400)
     assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)

@@ -135,8 +135,8 @@ def test_envs_that_cannot_be_saved_resume_with_fresh_episodes(tmp_path):
     state = roundtrip(learner.state_dict())
     assert state['envs'] is None and "TransformObservation._saved_kwargs['func'] is a function" in state['fresh_episodes']
     out = tmp_path / 'run'
-    train(out=str(out), env='CartPoleTransformed-v0', steps=150, eval_every=0, progress=False)
-    summary = train(resume=str(out), steps=300, progress=False)
+    train(out=str(out), env_id='CartPoleTransformed-v0', total_steps=150, eval_every=0, progress=False)
+    summary = train(resume=str(out), total_steps=300, progress=False)
     assert 'resumed at step 150: the envs started fresh episodes' in summary and "TransformObservation._saved_kwargs['func'] is a function" in summary
     resumed = Learner('CartPoleTransformed-v0', total_steps=300, seed=0)
     resumed.load_state_dict(state)
@@ -147,9 +147,9 @@ def test_envs_that_cannot_be_saved_resume_with_fresh_episodes(tmp_path):
 def test_fresh_episodes_drop_the_open_n_step_windows(tmp_path):
     "The n-step windows open at the checkpoint belong to episodes a fresh start abandons: the resumed run drops them and goes on."
     out = tmp_path / 'run'
-    train(out=str(out), env='CartPoleTransformed-v0', steps=150, n_step=3, eval_every=0, progress=False)
+    train(out=str(out), env_id='CartPoleTransformed-v0', total_steps=150, n_step=3, eval_every=0, progress=False)
     assert torch.load(out / 'checkpoint.pt', weights_only=True)['nstep']['windows']   # some were open
-    summary = train(resume=str(out), steps=300, progress=False)
+    summary = train(resume=str(out), total_steps=300, progress=False)
     assert 'resumed at step 150: the envs started fresh episodes' in summary and '300 steps' in summary
 
 

@@ -26,14 +26,14 @@ def test_git_revision_of_this_checkout_and_of_none(tmp_path):
 
 @pytest.mark.parametrize('make, message', [
     (lambda d: (d / 'f.txt').write_text('mine'), 'not a fastrl_per run'),
-    (lambda d: (d / 'checkpoint.pt').write_bytes(b''), 'already holds a run; continue it with --resume'),
+    (lambda d: (d / 'checkpoint.pt').write_bytes(b''), 'already holds a run; continue it with resume='),
     (lambda d: (d / 'run.json').write_text('{}'), 'already holds a run'),
 ])
 def test_new_run_dir_refused(tmp_path, make, message):
     make(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(ValueError, match=message): check_new_run_dir(tmp_path)
-    with pytest.raises(ValueError, match=message): train(out=str(tmp_path), steps=100, progress=False)
+    with pytest.raises(ValueError, match=message): train(out=str(tmp_path), total_steps=100, progress=False)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
@@ -67,11 +67,11 @@ def test_stop_signals_first_sets_second_raises():
 
 def test_run_resumed_to_more_steps_replans_beta(tmp_path):
     run = tmp_path / 'run'
-    train(out=str(run), steps=200, progress=False)
+    train(out=str(run), total_steps=200, progress=False)
     assert read_metrics(run)['beta'][-1] == pytest.approx(1.0)
     learner, state, notes = resume_learner(run, None, dict(total_steps=400))
     assert learner.config['total_steps'] == 400 and state['frames'] == 200 and "re-planned over 400" in notes[0]
-    summary = train(resume=str(run), steps=400, progress=False)
+    summary = train(resume=str(run), total_steps=400, progress=False)
     assert summary.startswith('planned steps changed from 200 to 400')
     m = read_metrics(run)
     assert m['frame'][-1] == 400 and m['beta'][-1] == pytest.approx(1.0)
