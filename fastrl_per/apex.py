@@ -16,7 +16,9 @@ from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta
 from .collect import PolicyCopy, Publish
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims, dqn_update
+from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims, dqn_update,
+                            check_networks, check_torch_rng)
+from .state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION
 from .checks import check_int, check_number
 
@@ -79,6 +81,7 @@ class ReplayServer:
         return dict(n_added=self.buffer.storage.n_added, size=len(self.buffer), beta=self.buffer.beta, pid=os.getpid())
     def where(self) -> dict: return where()
     def state_dict(self) -> dict: return self.buffer.state_dict()
+    def check_state(self, state:dict): return self.buffer.check_state(state)
     def load_state_dict(self, state:dict): self.buffer.load_state_dict(state)
 
 # %% ../nbs/13_apex.ipynb #2b9b10fa
@@ -302,7 +305,7 @@ def check_apex_args(a:dict):
         if check_number(name, a[name]) > 1:
             raise ValueError(f"exploration rate {name} must be in [0, 1], got {a[name]!r}")
 
-class ApexRun:
+class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
     def __init__(self,
@@ -598,16 +601,15 @@ class ApexRun:
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
                     fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")
 
-    def load_state_dict(self, state:dict):
-        """Restore `state_dict()` of a run with the same config, before `start`; a `ValueError` (and no change) if it
-        does not fit."""
+    def check_state(self, state:dict) -> dict:
+        """Check `state_dict()` of a run with the same config whole, before `start`: a `ValueError` naming what does
+        not fit; what `assign` takes."""
         if self.running: raise ValueError("load a state before the run starts")
         if (not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION
                 or state.get('learner') != type(self).__name__):
             raise ValueError(f"not a checkpoint of an ApexRun (version {CHECKPOINT_VERSION})")
-        missing = {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames', 'returns', 'updates',
-                   'actor_steps', 'weights_version', 'torch_rng'} - set(state)
-        if missing: raise ValueError(f"checkpoint is missing {sorted(missing)}")
+        check_keys('checkpoint', state, {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames',
+                                         'returns', 'updates', 'actor_steps', 'weights_version', 'torch_rng'})
         config = {k: v for k, v in state['config'].items() if k not in DEPLOYMENT}   # older checkpoints kept num_cpus
         config.setdefault('replay_shards', 1)   # older checkpoints: one replay actor
         if config != self.config:
@@ -619,22 +621,27 @@ class ApexRun:
         replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])
         if len(replay) != len(self.replay_state):
             raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
-        for shard, s in zip(self.new_shards(), replay): shard.load_state_dict(s)   # checked by the buffer class itself
-        episodes = dict(frames=state['frames'], returns=state['returns'])
-        self.episodes.check_state(episodes)
-        try:
-            self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
-            self.optimizer.load_state_dict(state['optimizer'])
-        except (RuntimeError, KeyError, ValueError) as e:
-            raise ValueError(f"checkpoint networks do not fit: {e}") from e
-        self.replay_state, self.actor_steps, self.version = replay, list(state['actor_steps']), state['weights_version']
-        self.agent.load_state_dict(state['agent'])
-        self.episodes.load_state_dict(episodes)
-        for counter in (self.target_update, self.anneal): counter.load_state_dict(dict(steps=state['updates']))
+        for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
+        episodes = self.episodes.check_state(dict(frames=state['frames'], returns=state['returns']))
+        check_networks(state, self.model, self.target_model, self.optimizer)
+        self.agent.check_state(state['agent'])
+        check_int('checkpoint updates', state['updates'], low=0)
+        check_torch_rng(state['torch_rng'])
+        return dict(state, replay=replay, episodes=episodes)
+
+    def assign(self, checked:dict):
+        "Take over what `check_state` returned: replay, networks, exploration, counters, weights version, RNGs."
+        self.replay_state, self.actor_steps = checked['replay'], list(checked['actor_steps'])
+        self.version = checked['weights_version']
+        self.model.load_state_dict(checked['model']); self.target_model.load_state_dict(checked['target_model'])
+        self.optimizer.load_state_dict(checked['optimizer'])
+        self.agent.assign(checked['agent'])
+        self.episodes.assign(checked['episodes'])
+        for counter in (self.target_update, self.anneal): counter.assign(checked['updates'])
         if self.anneal.steps:
             self.replay.anneal_beta(min(1., self.anneal.steps / self.anneal.total_steps), self.anneal.final)
-        torch.set_rng_state(state['torch_rng'])
-        if 'shard_rng' in state: self.shard_rng.bit_generator.state = state['shard_rng']
+        torch.set_rng_state(checked['torch_rng'])
+        if 'shard_rng' in checked: self.shard_rng.bit_generator.state = checked['shard_rng']
 
 class Batches:
     "An iterable over `run.batches()`: the source of the run's DQN pipe."

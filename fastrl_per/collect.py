@@ -16,12 +16,13 @@ from .pipes import StepPipe
 from .envs import GymStepper
 from .dqn import EpsilonGreedy, discrete_env_dims
 from .checks import check_int
+from .state import Stateful, check_keys
 
 # %% auto #0
 __all__ = ['PolicyCopy', 'StepWorker', 'watching', 'join_worker', 'AsyncCollector', 'Publish']
 
 # %% ../nbs/12_collect.ipynb #cb07f95b
-class PolicyCopy:
+class PolicyCopy(Stateful):
     "An epsilon-greedy agent on its own copy of `model`; published weights are taken before the next action."
     def __init__(self,
                  model:nn.Module, # the learner's Q-network (copied)
@@ -70,18 +71,18 @@ class PolicyCopy:
     def check_state(self, state:dict):
         ("Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this policy; "
          "changes nothing.")
-        missing = {'version', 'model', 'agent'} - set(state)
-        if missing: raise ValueError(f"policy state is missing {sorted(missing)}")
+        check_keys('policy state', state, {'version', 'model', 'agent'})
         check_int('version', state['version'], low=0)
         try: deepcopy(self.model).load_state_dict(state['model'])
         except RuntimeError as e: raise ValueError(f"policy weights do not fit the model: {e}") from e
+        self.agent.check_state(state['agent'])
+        return state
 
-    def load_state_dict(self, state:dict):
-        "Restore `state_dict()`; a `ValueError` (and no change) if it does not fit."
-        self.check_state(state)
+    def assign(self, state:dict):
+        "Take over a checked `state_dict()`: the weights, the exploration and the version."
         with self.lock:
             self.model.load_state_dict(state['model'])
-            self.agent.load_state_dict(state['agent'])
+            self.agent.assign(state['agent'])
             self.version, self.pending = state['version'], None
 
     def __getstate__(self):   # pipe-graph traversal pickles stages
@@ -147,7 +148,7 @@ def join_worker(process, timeout:float):
     if process.is_alive(): process.kill()
     process.join()
 
-class AsyncCollector(StepPipe):
+class AsyncCollector(Stateful, StepPipe):
     ("Step `env_id` in a worker process (or thread) with a `PolicyCopy` of `model`; yield its batches "
      "(`version`: that of the weights that chose the last one).")
     def __init__(self,
@@ -256,20 +257,18 @@ class AsyncCollector(StepPipe):
     def check_state(self, state:dict):
         ("Raise a `ValueError` naming the problem unless `state` (from `state_dict()`) loads into this collector; "
          "changes nothing.")
-        missing = {'env_id', 'seed', 'nenvs', 'steps', 'policy'} - set(state)
-        if missing: raise ValueError(f"collector state is missing {sorted(missing)}")
+        check_keys('collector state', state, {'env_id', 'seed', 'nenvs', 'steps', 'policy'})
         if (state['env_id'], state['nenvs']) != (self.env_id, self.nenvs):
             raise ValueError(f"collector state of {state['env_id']!r} x{state['nenvs']}, "
                              f"this collector steps {self.env_id!r} x{self.nenvs}")
         check_int('seed', state['seed'], low=0); check_int('steps', state['steps'], low=0)
         self.policy.check_state(state['policy'])
+        return state
 
-    def load_state_dict(self, state:dict):
-        ("Restore `state_dict()`, ending a running worker; the envs continue with fresh episodes. "
-         "A `ValueError` (and no change) if it does not fit.")
-        self.check_state(state)
+    def assign(self, state:dict):
+        "Take over a checked `state_dict()`, ending a running worker; the envs continue with fresh episodes."
         self.close()
-        self.policy.load_state_dict(state['policy'])   # in place: a learner's metrics read its exploration
+        self.policy.assign(state['policy'])   # in place: a learner's metrics read its exploration
         self.seed, self.steps, self.version, self.ready = state['seed'], state['steps'], self.policy.version, deque()
 
     def __getstate__(self):   # pipe-graph traversal pickles stages: not the running worker

@@ -4,6 +4,7 @@
 
 # %% ../nbs/05c_dqn.ipynb #85095dbe
 from __future__ import annotations
+from copy import deepcopy
 from dataclasses import dataclass
 from typing import NamedTuple
 import numpy as np
@@ -27,7 +28,8 @@ from .nstep import nstep_discount
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
            'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNUpdate', 'dqn_update']
+           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNUpdate', 'dqn_update', 'check_networks',
+           'check_torch_rng']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -392,3 +394,19 @@ def dqn_update(samples, # yields sampled batches (a buffer's pipe, or batches fe
         pipe = PriorityFeedback(pipe, replay, per_id=per_id)
         pipe = anneal = AnnealBeta(pipe, updates, buffer=replay)
     return DQNUpdate(TrainMetrics(pipe, explorer, buffer=replay), target_update, anneal)
+
+# %% ../nbs/05c_dqn.ipynb #d478a64f
+def check_networks(state:dict, model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimizer):
+    ("A `ValueError` unless `state`'s `model`, `target_model` and `optimizer` load into copies of these; "
+     "the originals are left as they are.")
+    model, target_model, optimizer = deepcopy((model, target_model, optimizer))
+    try:
+        model.load_state_dict(state['model']); target_model.load_state_dict(state['target_model'])
+        optimizer.load_state_dict(state['optimizer'])
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        raise ValueError(f"checkpoint networks do not fit: {e}") from e
+
+def check_torch_rng(rng):
+    "A `ValueError` unless `rng` is a state `torch.set_rng_state` takes (a `torch.get_rng_state()`)."
+    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
+        raise ValueError(f"checkpoint torch_rng must be a uint8 tensor of shape {tuple(torch.get_rng_state().shape)}")
