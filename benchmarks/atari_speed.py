@@ -147,7 +147,7 @@ class HandLoop:
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
         self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
         self.env = EnvRun(ENV, 1, seed)
-        self.buf = PrioritizedReplayBuffer(bs=c['bs'], alpha=c['alpha'], beta=c['beta'], eps=c['eps'], seed=seed,
+        self.buf = PrioritizedReplayBuffer(bs=c['bs'], alpha=c.get('alpha'), beta=c.get('beta'), eps=c['eps'], seed=seed,
                                            storage=FrameStorage(c['max_sz']))
         self.frames, self.updates, self.returns = 0, 0, []
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
