@@ -30,12 +30,12 @@ within each round and reported as the median over rounds. The goal: (a) at most 
 by an amount that has nothing to do with the pipeline). The pipeline is
 `Learner('ALE/Pong-v5', replay='per', ...)` with the command's Atari defaults (`atari_defaults`: an
 update of a batch of 32 every 4 env steps, 1-step double-DQN targets, hard target copies every
-`target_every` updates, `NatureQNetwork`, `PrioritizedFrameReplayBuffer`, rewards sign-clipped for
+`target_every` updates, `NatureQNetwork`, a `PrioritizedReplayBuffer` given a `FrameStorage`, rewards sign-clipped for
 training) except for a short run's numbers, passed to both sides: a `--buffer` of 10,000 transitions,
 a `--warmup` of 250 and epsilon already at its end value 0.1 (the model acts on nearly every step, as
 through most of a long run, not only in the updates). The hand-written loop (`HandLoop`, cleanrl style)
 does the same work with the same parts in one plain loop: `EnvRun` with the same `make_env`
-preprocessing, `EpsilonGreedy`, sign-clipped rewards, the `PrioritizedFrameReplayBuffer` core, the same
+preprocessing, `EpsilonGreedy`, sign-clipped rewards, the same buffer core (`PrioritizedReplayBuffer` + `FrameStorage`), the same
 network, double-DQN target, importance-weighted smooth L1 loss, gradient-norm clipping, fused `adam`,
 hard target copy, priority update and beta annealed over the updates the Learner plans. Before timing,
 `check_same_work` runs both for 300 env steps from one seed (with `target_every` 10, so that hard
@@ -60,8 +60,9 @@ from fastrl_per.conv import NatureQNetwork
 from fastrl_per.core import STEP_FIELDS
 from fastrl_per.dqn import EpsilonGreedy, adam, discrete_env_dims
 from fastrl_per.envs import EnvRun
-from fastrl_per.frames import FrameStorage, PrioritizedFrameReplayBuffer
+from fastrl_per.frames import FrameStorage
 from fastrl_per.learner import Learner
+from fastrl_per.per import PrioritizedReplayBuffer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import alternate, hand_update  # noqa: E402   (turns of equal load and the plain loop's update, shared with the CartPole benchmarks)
@@ -146,7 +147,8 @@ class HandLoop:
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
         self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
         self.env = EnvRun(ENV, 1, seed)
-        self.buf = PrioritizedFrameReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=c['alpha'], beta=c['beta'], eps=c['eps'], seed=seed)
+        self.buf = PrioritizedReplayBuffer(bs=c['bs'], alpha=c.get('alpha'), beta=c.get('beta'), eps=c['eps'], seed=seed,
+                                           storage=FrameStorage(c['max_sz']))
         self.frames, self.updates, self.returns = 0, 0, []
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
         self.planned = (c['total_steps'] - self.start) // c['train_every'] + 1   # updates in the run, as the Learner plans beta

@@ -12,9 +12,9 @@ from .envs import GymStepper, GymTransformBlock
 from .nstep import NStepTransitions
 from .atari import make_env
 from .collect import AsyncCollector
-from .memory import ReplayBuffer, ExperienceReplay
+from .memory import RingStorage, ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from .frames import FrameStorage
 from .sumtree import SumTree
 from .priorities import Priorities
 from .sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
@@ -28,11 +28,12 @@ from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun
 from .train import train, evaluate, RunInterrupted
 
-# the public API: the record type, the stages, the buffers, the networks, the learners and the command's functions;
-# helpers stay importable from their modules (`from fastrl_per.rundir import read_metrics`)
+# the public API: the record type, the stages, the buffers and the storages they are given, the networks, the
+# learners and the command's functions; helpers stay importable from their modules
+# (`from fastrl_per.rundir import read_metrics`)
 __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions',
            'make_env', 'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer',
-           'PrioritizedExperienceReplay', 'FrameReplayBuffer', 'PrioritizedFrameReplayBuffer', 'SumTree',
+           'PrioritizedExperienceReplay', 'RingStorage', 'FrameStorage', 'SumTree',
            'Priorities', 'Episode', 'SequenceReplay', 'PrioritizedSequenceReplay', 'PrioritizedBatch',
            'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy', 'EpisodeReturns', 'ToDevice', 'OnlineQ',
            'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate', 'SoftUpdate', 'PriorityFeedback',

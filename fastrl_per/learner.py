@@ -11,8 +11,8 @@ import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
-from .memory import ExperienceReplay
-from .per import PrioritizedExperienceReplay
+from .memory import ReplayBuffer, ExperienceReplay
+from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, adam, pick_device, dqn_update
 from .checks import check_int, check_number
@@ -20,13 +20,14 @@ from .nstep import NStepTransitions
 from .core import SimpleStep
 from .memory import step_columns, packed_dtype
 from .atari import is_atari, is_minatar, SignRewards
-from .frames import FrameStorage, FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from .frames import FrameStorage
 from .conv import NatureQNetwork, MinAtarQNetwork
 from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'Learner', 'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'check_learner_args', 'observations', 'q_network',
+           'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
 def physical_memory() -> int:
@@ -36,6 +37,56 @@ def physical_memory() -> int:
 CHECKPOINT_VERSION = 3
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
+
+def check_learner_args(replay:str, prioritization:str, collector:str|None, publish_every:int, total_steps:int,
+                       n_step:int, envs:int, max_grad_norm:float|None, max_sz:int, bs:int):
+    "Raise a `ValueError` naming the first of these `Learner` arguments that it does not take."
+    if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
+    if replay == 'uniform' and prioritization != 'proportional':
+        raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
+    if collector not in (None, 'process', 'thread'):
+        raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
+    counts = dict(publish_every=publish_every, total_steps=total_steps, n_step=n_step, envs=envs, max_sz=max_sz, bs=bs)
+    for name, value in counts.items(): check_int(name, value)
+    # a negative norm would flip the gradients
+    if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)
+
+def observations(env_id:str, collector:str|None) -> tuple:
+    ("`(obs, n_actions, grid, frames)` of `env_id`: its observation shape (a size, a frame stack's or a grid's), its "
+     "action count, whether it is a MinAtar grid (10×10 bool cells, stored as bool) and whether stacks of uint8 frames "
+     "(a conv network, each frame stored once), which the background `collector` does not step.")
+    obs, n_actions = discrete_env_dims(env_id, images=True)
+    grid = is_minatar(env_id)
+    frames = isinstance(obs, tuple) and not grid
+    if frames and collector:
+        raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: "
+                         "train it without --collector")
+    return obs, n_actions, grid, frames
+
+def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bool, layer_norm:bool):
+    "The Q-network for `obs` (see `observations`): MinAtar's for a grid, the Nature DQN's for frames, else the MLP."
+    if grid: return MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
+    if frames: return NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
+    return QNetwork(obs, n_actions, hidden, dueling, layer_norm)
+
+def check_fits(nbytes:int, max_sz:int) -> int:
+    "`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if this machine has less memory."
+    if nbytes > physical_memory():
+        raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {nbytes / 1e9:.1f} GB, "
+                         f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
+                         "choose a smaller max_sz (--buffer-size)")
+    return nbytes
+
+def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
+                prioritization:str, **cadence) -> ExperienceReplay:
+    ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
+     "`frames` (each frame once), else a ring; `cadence`: the pipe's `every`, `repeats` and `warmup`.")
+    storage = FrameStorage(max_sz) if frames else None
+    if replay == 'uniform':
+        return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
+    buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
+                                     prioritization=prioritization, storage=storage)
+    return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
 
 class Learner:
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
@@ -76,48 +127,21 @@ class Learner:
                  collector:str|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
-        if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
-        if replay == 'uniform' and prioritization != 'proportional':
-            raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
+        check_learner_args(replay, prioritization, collector, publish_every, total_steps, n_step, envs, max_grad_norm,
+                           max_sz, bs)
         alpha, beta = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
-        if collector not in (None, 'process', 'thread'):
-            raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
-        check_int('publish_every', publish_every)
-        check_int('total_steps', total_steps); check_int('n_step', n_step); check_int('envs', envs)
-        # a negative norm would flip the gradients
-        if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
-        obs, n_actions = discrete_env_dims(env_id, images=True)
-        grid = is_minatar(env_id)   # 10×10 bool grids: the MinAtar network, stored as bool in the ring
-        frames = isinstance(obs, tuple) and not grid  # stacks of uint8 frames: a conv network, each frame stored once
-        if frames and collector:
-            raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: "
-                             "train it without --collector")
-        check_int('max_sz', max_sz); check_int('bs', bs)
-        self.replay_nbytes = self.storage_nbytes(obs, max_sz, frames)
-        if self.replay_nbytes > physical_memory():
-            raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {self.replay_nbytes / 1e9:.1f} GB, "
-                             f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
-                             "choose a smaller max_sz (--buffer-size)")
+        obs, n_actions, grid, frames = observations(env_id, collector)
+        self.replay_nbytes = check_fits(self.storage_nbytes(obs, max_sz, frames), max_sz)
         torch.manual_seed(seed)
-        if grid: model = MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
-        elif frames: model = NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
-        else: model = QNetwork(obs, n_actions, hidden, dueling, layer_norm)
+        model = q_network(obs, n_actions, grid, frames, hidden, dueling, layer_norm)
         agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
         steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
         if n_step > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)
-        cadence = dict(every=train_every, repeats=gradient_steps, warmup=warmup)
-        if replay == 'per':
-            buffer = PrioritizedFrameReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
-                                                  prioritization=prioritization) if frames else None
-            self.replay = PrioritizedExperienceReplay(steps, bs=bs, max_sz=max_sz, alpha=alpha, beta=beta, eps=eps,
-                                                      seed=seed, buffer=buffer, prioritization=prioritization,
-                                                      **cadence)
-        else:
-            buffer = FrameReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if frames else None
-            self.replay = ExperienceReplay(steps, bs=bs, max_sz=max_sz, seed=seed, buffer=buffer, **cadence)
+        self.replay = make_replay(steps, replay, frames, max_sz, bs, seed, alpha, beta, eps, prioritization,
+                                  every=train_every, repeats=gradient_steps, warmup=warmup)
         stored = total_steps - (n_step - 1) * envs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
         self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every,
@@ -259,7 +283,7 @@ class Learner:
         self.episodes.load_state_dict(dict(frames=state['frames'], returns=state['returns']))
         for counter in (self.target_update, self.anneal):   # the stages that count updates
             if counter is not None: counter.load_state_dict(dict(steps=state['updates']))
-        if isinstance(self.replay, ExperienceReplay): self.replay.items = state['replay_items']
+        if isinstance(self.replay, ExperienceReplay): self.replay.set_items(state['replay_items'])
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
             self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None
                                        else dict(state['nstep'], windows={}))

@@ -16,10 +16,10 @@ from .checks import check_int, save_atomically
 
 
 # %% auto #0
-__all__ = ['IMAGE_PAIR', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema', 'check_lengths',
-           'check_columns', 'as_steps', 'field_schema', 'declared_schema', 'RowBatch', 'RingStorage', 'MemoryView',
-           'locked', 'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'ReplayBuffer',
-           'ExperienceReplay']
+__all__ = ['IMAGE_PAIR', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema',
+           'check_lengths', 'check_columns', 'as_steps', 'field_schema', 'declared_schema', 'RowBatch',
+           'check_saved_count', 'RingStorage', 'MemoryView', 'locked', 'BufferCore', 'check_state_header',
+           'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -181,6 +181,12 @@ class RowBatch(SimpleStep):
         step.__dict__.update({k: v for k, v in vars(self).items() if k not in ('_block', '_layout')})
         return step.__reduce_ex__(protocol)
 
+def check_saved_count(n_added, columns):
+    "Raise a `ValueError` unless `n_added` counts steps and a storage's saved `columns` are None just when it is 0."
+    check_int('n_added', n_added, low=0)
+    if (columns is None) != (n_added == 0):
+        raise ValueError(f"state has n_added {n_added} but {'no' if columns is None else 'some'} columns")
+
 class RingStorage:
     "`max_sz` packed rows of fields, preallocated on the first write and overwritten oldest first."
     def __init__(self,
@@ -279,8 +285,7 @@ class RingStorage:
 
     def check_saved(self, n_added:int, columns:dict|None):
         "Raise a `ValueError` naming the problem unless `n_added` and `columns` from `state` fit this ring."
-        check_int('n_added', n_added, low=0)
-        if (columns is None) != (n_added == 0): raise ValueError(f"state has n_added {n_added} but {'no' if columns is None else 'some'} columns")
+        check_saved_count(n_added, columns)
         if columns is None: return
         if not isinstance(columns, dict) or not set(STEP_FIELDS) <= {n.partition('.')[0] for n in columns}:
             raise ValueError(f"state columns must be a dict holding the SimpleStep fields, got {columns!r:.200}")
@@ -295,6 +300,14 @@ class RingStorage:
 
     def nbytes(self): return 0 if self.rows is None else self.rows.nbytes
 
+    # Which slots a sampler may draw, the protocol a buffer draws through (a `FrameStorage` loses some): all stored ones
+    n_valid = sz   # how many stored steps can be sampled: all of them (the same property: no extra call per draw)
+    def valid_slots(self, positions:np.ndarray) -> np.ndarray:
+        "The slots of the `positions`-th sampleable steps (`0 <= position < n_valid`): the positions themselves."
+        return positions
+    def invalid_slots(self) -> np.ndarray:
+        "The stored slots that cannot be sampled: none."
+        return np.zeros(0, np.int64)
 
 # %% ../nbs/03_memory.ipynb #e2f720aa
 class MemoryView:
@@ -317,7 +330,8 @@ def locked(method):
     return run_locked
 
 class BufferCore:
-    "Base of the buffer cores: a re-entrant `lock` that their public methods hold. Copies and pickles get a lock of their own."
+    ("Base of the buffer cores: a re-entrant `lock` that their public methods hold. "
+     "Copies and pickles get a lock of their own.")
     def __init__(self): self.lock = threading.RLock()
     def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}
     def __setstate__(self, state): self.__dict__.update(state); self.lock = threading.RLock()
@@ -327,14 +341,17 @@ def check_state_header(obj, state, keys:set):
     if not isinstance(state, dict): raise ValueError(f"a buffer state is a dict, got {type(state).__name__}")
     missing = set(keys) - set(state)
     if missing: raise ValueError(f"buffer state is missing {sorted(missing)}")
-    if state['kind'] != type(obj).__name__: raise ValueError(f"state of a {state['kind']} cannot load into a {type(obj).__name__}")
-    if state['version'] != obj.schema_version: raise ValueError(f"buffer state version {state['version']!r}, this code reads {obj.schema_version}")
+    if state['kind'] != type(obj).__name__:
+        raise ValueError(f"state of a {state['kind']} cannot load into a {type(obj).__name__}")
+    if state['version'] != obj.schema_version:
+        raise ValueError(f"buffer state version {state['version']!r}, this code reads {obj.schema_version}")
 
 def rng_of_state(text) -> np.random.Generator:
     "The sampler saved as `json.dumps(rng.bit_generator.state)`; a `ValueError` if `text` is not one."
     rng = np.random.default_rng()
     try: rng.bit_generator.state = json.loads(text)
-    except (TypeError, ValueError, KeyError) as e: raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
     return rng
 
 # %% ../nbs/03_memory.ipynb #b1f0c003
@@ -352,21 +369,43 @@ def copier(device):
 
 
 # %% ../nbs/03_memory.ipynb #0c801855
+STORAGE_PROTOCOL = ('write', 'write_step', 'gather', 'state', 'check_saved', 'load', 'nbytes', 'n_valid', 'valid_slots',
+                    'invalid_slots')   # what a buffer calls on its storage, besides the trackers
+
+def buffer_storage(max_sz:int|None, schema:dict|None, storage):
+    """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` of `max_sz` (None: 100) rows declared
+    with `schema`; a `TypeError` or `ValueError` naming the values when they clash."""
+    if storage is None:
+        return RingStorage(100 if max_sz is None else max_sz, None if schema is None else declared_schema(schema))
+    missing = [n for n in STORAGE_PROTOCOL if not hasattr(type(storage), n)]
+    if missing: raise TypeError(f"storage must be a RingStorage or a FrameStorage, got {storage!r:.100} (no {missing})")
+    name = type(storage).__name__
+    if schema is not None:
+        declared = storage.declared
+        has = 'fixes its schema on its first write' if declared is None else f"declares {describe(declared)}"
+        raise TypeError(f"a buffer given a storage takes no schema (got fields {sorted(schema)}): the {name} {has}")
+    if max_sz is not None and max_sz != storage.max_sz:
+        raise ValueError(f"max_sz={max_sz!r} but the {name} given keeps {storage.max_sz}: give one of them")
+    if storage.n_added: raise ValueError(f"the {name} given already holds {storage.n_added} steps: give an empty one")
+    return storage
+
 class ReplayBuffer(BufferCore):
-    "Ring buffer of transitions with uniform sampling of distinct slots."
+    "Transitions kept in a storage (a `RingStorage` unless given one), sampled uniformly in distinct slots."
     schema_version = 1
     hook_every = 1024  # single steps written before `_written` runs for all of them
 
     def __init__(self,
-                 max_sz:int=100, # transitions kept; the oldest are overwritten first
+                 max_sz:int|None=None, # transitions kept, the oldest overwritten first; None: the storage's, or 100
                  bs:int=1, # default batch size of `sample`
                  seed:int|None=None, # seeds the sampler
-                 schema:dict|None=None): # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
-        check_int('max_sz', max_sz); check_int('bs', bs)
-        if bs > max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({max_sz})")
-        declared = None if schema is None else declared_schema(schema)
+                 schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
+                 storage=None): # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+        if max_sz is not None: check_int('max_sz', max_sz)
+        check_int('bs', bs)
+        storage = buffer_storage(max_sz, schema, storage)
+        if bs > storage.max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({storage.max_sz})")
         super().__init__()
-        self.bs, self.storage, self.rng = bs, RingStorage(max_sz, declared), np.random.default_rng(seed)
+        self.bs, self.storage, self.rng = bs, storage, np.random.default_rng(seed)
         self._unhooked = 0  # single steps written since `_written` last ran
 
     @property
@@ -377,7 +416,8 @@ class ReplayBuffer(BufferCore):
         return MemoryView(self.storage)
     def __len__(self): return self.storage.sz
     sz = property(lambda self: self.storage.sz, doc="Steps stored: fastrl's `_sz_tracker`.")
-    idx = property(lambda self: self.storage.idx, doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
+    idx = property(lambda self: self.storage.idx,
+                   doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
     cycle = property(lambda self: self.storage.cycle, doc="Completed trips round the ring: fastrl's `_cycle_tracker`.")
 
     def add(self, steps=None, /, **fields) -> np.ndarray:
@@ -418,12 +458,14 @@ class ReplayBuffer(BufferCore):
         k, self._unhooked = self._unhooked, 0
         if k: self._written((self.storage.n_added - k) % self.max_sz, k)
 
-    def _written(self, start:int, n:int): "Hook: slots `start`, ..., `start + n - 1` (mod max_sz) were just (over)written."
+    def _written(self, start:int, n:int):
+        "Hook: slots `start`, ..., `start + n - 1` (mod max_sz) were just (over)written."
 
     def _draw(self, bs:int):
-        "Hook: the slots and importance weights of one batch; here distinct slots, weights all one."
-        if bs > len(self): raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {len(self)}")
-        return self.rng.choice(len(self), size=bs, replace=False), np.ones(bs, np.float32)
+        "Hook: the slots and importance weights of one batch; here distinct sampleable slots, weights all one."
+        n = self.storage.n_valid
+        if bs > n: raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {n} sampleable ones")
+        return self.storage.valid_slots(self.rng.choice(n, size=bs, replace=False)), np.ones(bs, np.float32)
 
     def sample(self,
                bs:int|None=None, # batch size; None: the buffer's `bs`
@@ -441,17 +483,24 @@ class ReplayBuffer(BufferCore):
 
     @locked
     def state_dict(self) -> dict:
-        "Everything needed to restore the buffer, sampler included, as tensors and plain values."
+        "Everything needed to restore the buffer, sampler included, as tensors and plain values; it names its storage."
         self.flush()
-        return dict(kind=type(self).__name__, version=self.schema_version, max_sz=self.max_sz, bs=self.bs,
-                    n_added=self.storage.n_added, columns=self.storage.state(), rng=json.dumps(self.rng.bit_generator.state))
+        return dict(kind=type(self).__name__, storage=type(self.storage).__name__, version=self.schema_version,
+                    max_sz=self.max_sz, bs=self.bs, n_added=self.storage.n_added, columns=self.storage.state(),
+                    rng=json.dumps(self.rng.bit_generator.state))
 
     def check_state(self, state:dict):
-        "Raise a `ValueError` naming the problem unless `state` loads into this buffer; checks all that `load_state_dict` assigns."
+        ("Raise a `ValueError` naming the problem unless `state` loads into this buffer; "
+         "checks all that `load_state_dict` assigns.")
         check_state_header(self, state, {'kind', 'version', 'max_sz', 'bs', 'n_added', 'columns', 'rng'})
-        if state['max_sz'] != self.max_sz: raise ValueError(f"state has max_sz {state['max_sz']}, this buffer {self.max_sz}")
+        saved, ours = state.get('storage', 'RingStorage'), type(self.storage).__name__   # older states: a ring
+        if saved != ours:
+            raise ValueError(f"state of a {state['kind']} with a {saved} cannot load into one with a {ours}")
+        if state['max_sz'] != self.max_sz:
+            raise ValueError(f"state has max_sz {state['max_sz']}, this buffer {self.max_sz}")
         check_int('state bs', state['bs'])
-        if state['bs'] > self.max_sz: raise ValueError(f"state bs ({state['bs']}) cannot be larger than max_sz ({self.max_sz})")
+        if state['bs'] > self.max_sz:
+            raise ValueError(f"state bs ({state['bs']}) cannot be larger than max_sz ({self.max_sz})")
         self.storage.check_saved(state['n_added'], state['columns'])
         rng_of_state(state['rng'])
 
@@ -462,7 +511,8 @@ class ReplayBuffer(BufferCore):
 
     @locked
     def load_state_dict(self, state:dict):
-        "Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` and changes nothing."
+        ("Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` "
+         "and changes nothing.")
         self.check_state(state)
         self._assign(state)
 
@@ -478,7 +528,8 @@ class ReplayBuffer(BufferCore):
 
 # %% ../nbs/03_memory.ipynb #177f212e
 class ExperienceReplay(IterDataPipe):
-    "Store every step from `source_datapipe`; once `warmup` are stored, yield `repeats` sampled batches every `every` items."
+    ("Store every step from `source_datapipe`; once `warmup` are stored, "
+     "yield `repeats` sampled batches every `every` items.")
     def __init__(self,
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
                  bs:int=1, # batch size of each yielded sample
@@ -501,6 +552,10 @@ class ExperienceReplay(IterDataPipe):
             self.items += 1
             if self.items % self.every or len(self) < max(self.bs, self.warmup): continue
             for _ in range(self.repeats): yield self.sample()
+
+    def set_items(self, items:int):
+        "Count on from `items` incoming items (a resumed run's), so sampling every `every` items keeps its phase."
+        self.items = check_int('items', items, low=0)
 
     def sample(self, bs:int|None=None):
         "A sampled batch, or `(batch, idxs)` when `return_idxs`."

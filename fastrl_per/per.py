@@ -13,21 +13,22 @@ __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 
 # %% ../nbs/05_per.ipynb #1d083604
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
-    ("A `ReplayBuffer` (ring storage, trackers, files) plus a `Priorities` core keyed by slot: "
+    ("A `ReplayBuffer` (its storage, trackers, files) plus a `Priorities` core keyed by slot: "
      "drawn in proportion to priority.")
     schema_version = 2
 
     def __init__(self,
-                 max_sz:int=100, # transitions kept; the oldest are overwritten first
+                 max_sz:int|None=None, # transitions kept, the oldest overwritten first; None: the storage's, or 100
                  bs:int=1, # default batch size of `sample`
                  alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
                  eps:float=1e-6, # added to every |TD error| so each transition stays drawable
                  seed:int|None=None, # seeds the sampler
                  prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
-                 schema:dict|None=None): # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
-        super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema)
-        self._core = Priorities(max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization)
+                 schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
+                 storage=None): # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+        super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema, storage=storage)
+        self._core = Priorities(self.max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization)
 
     @property
     def prioritizer(self) -> Priorities:
@@ -42,9 +43,15 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     sampled_at = property(lambda self: self.prioritizer.sampled_at,
                           doc="`writes` of each slot when it was last sampled (-1: never).")
 
-    # What prioritization changes in the ring buffer: new steps enter at the largest priority, the draw is proportional
-    def _written(self, start, n): self._core.add(start, n)
+    # What prioritization changes in the buffer: new steps enter at the largest priority, the draw is proportional,
+    # and slots the storage cannot rebuild (a `FrameStorage`'s that lost a frame) leave the draw
+    def _written(self, start, n):
+        self._core.add(start, n)
+        self._leave_out_invalid()
     def _draw(self, bs): return self._core.draw(self.rng, bs)
+    def _leave_out_invalid(self):
+        invalid = self.storage.invalid_slots()   # none for a ring
+        if len(invalid): self._core.set_active(invalid, False)
 
     def update_priorities(self,
                           idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
@@ -65,6 +72,7 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def _assign(self, state:dict):
         super()._assign(state)
         self._core.load_state_dict(state, np.arange(len(self)))
+        self._leave_out_invalid()
 
 # %% ../nbs/05_per.ipynb #6d437cd5
 class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):

@@ -79,7 +79,9 @@ import csv, os, subprocess
 from pathlib import Path
 import torch
 from fastrl_per.core import SimpleStep
-from fastrl_per.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from fastrl_per.frames import FrameStorage
+from fastrl_per.memory import ReplayBuffer
+from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.learner import Learner
 from fastrl_per.cli import main
 
@@ -109,7 +111,8 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     checkpoint = torch.load(out / 'checkpoint.pt', weights_only=True)
     config = checkpoint['config']
     assert (config['bs'], config['train_every'], config['target_every'], config['lr'], config['eps_decay_steps']) == (32, 4, 2_500, 6.25e-5, 1_000_000)
-    assert (config['max_sz'], config['warmup'], checkpoint['replay']['kind']) == (250, 60, 'PrioritizedFrameReplayBuffer')
+    replay = checkpoint['replay']
+    assert (config['max_sz'], config['warmup'], replay['kind'], replay['storage']) == (250, 60, 'PrioritizedReplayBuffer', 'FrameStorage')
     assert 'conv' not in str(checkpoint['model'].keys()) and 'features.0.weight' in checkpoint['model']  # the Nature network
     rows = metric_rows(out)
     assert len(rows) == 36 and not (out / 'best.pt').exists()
@@ -139,7 +142,7 @@ def frame_step(frames, shape=(4, 6, 6), dtype=np.uint8):
     return SimpleStep(state=stack, action=0, next_state=np.concatenate([stack[1:], np.full((1, *shape[1:]), frames + 1, dtype)]))
 
 
-@pytest.mark.parametrize('make', [lambda: FrameReplayBuffer(max_sz=8, bs=2), lambda: PrioritizedFrameReplayBuffer(max_sz=8, bs=2)])
+@pytest.mark.parametrize('make', [lambda: ReplayBuffer(bs=2, storage=FrameStorage(8)), lambda: PrioritizedReplayBuffer(bs=2, storage=FrameStorage(8))])
 @pytest.mark.parametrize('bad, message', [
     (frame_step(1, shape=(4, 6, 7)), 'the storage holds stacks of (4, 6, 6)'),
     (frame_step(1, dtype=np.float32), 'must hold uint8 frames'),

@@ -9,10 +9,18 @@ from hypothesis import given, settings, strategies as st
 from fastrl_per.core import SimpleStep, STEP_FIELDS
 from fastrl_per.memory import ReplayBuffer, copier, pinned_copy
 from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
+from fastrl_per.frames import FrameStorage
 
-KINDS = [ReplayBuffer, PrioritizedReplayBuffer, FrameReplayBuffer, PrioritizedFrameReplayBuffer]
-FRAMES = (FrameReplayBuffer, PrioritizedFrameReplayBuffer)
+
+def with_frames(buffer):
+    "A maker of `buffer`s given a `FrameStorage` of `max_sz` transitions (and `frame_slots`) instead of a ring."
+    def make(max_sz=100, frame_slots=None, **kwargs): return buffer(storage=FrameStorage(max_sz, frame_slots), **kwargs)
+    return make
+
+
+FRAME_UNIFORM, FRAME_PRIORITIZED = with_frames(ReplayBuffer), with_frames(PrioritizedReplayBuffer)
+KINDS = [ReplayBuffer, PrioritizedReplayBuffer, FRAME_UNIFORM, FRAME_PRIORITIZED]
+FRAMES = (FRAME_UNIFORM, FRAME_PRIORITIZED)
 
 
 def transitions(kind, n, start=0):
@@ -204,13 +212,13 @@ def test_bad_dict_and_pair_writes_store_nothing(kind):
 
 
 def test_frame_buffer_rejects_a_dict_state():
-    buf = FrameReplayBuffer(max_sz=8, seed=0)
+    buf = FRAME_UNIFORM(max_sz=8, seed=0)
     cols = transitions(ReplayBuffer, 4)
     with pytest.raises(ValueError, match='uint8 frame stacks'): buf.extend(**cols)
     assert len(buf) == 0
 
 
-@pytest.mark.parametrize('kind', [PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer])
+@pytest.mark.parametrize('kind', [PrioritizedReplayBuffer, FRAME_PRIORITIZED])
 @pytest.mark.parametrize('dtype', [torch.float16, torch.float32, torch.float64, np.float32, np.float64])
 def test_column_td_updates_like_flat(kind, dtype):
     flat_buf, column_buf = filled(kind)[0], filled(kind)[0]
@@ -371,5 +379,5 @@ def test_bad_declarations_and_frame_buffers():
     with pytest.raises(ValueError, match="'reward' is stored as"):   # a one-number field holds one number
         ReplayBuffer(schema=dict(state=(np.float32, (3,)), action=(np.int64, ()), reward=(np.float32, (2,))))
     frames = dict(state=(np.uint8, (4, 2, 2)), action=(np.int64, ()))
-    with pytest.raises(TypeError, match='schema'): PrioritizedFrameReplayBuffer(schema=frames)
-    with pytest.raises(TypeError, match='schema'): FrameReplayBuffer(schema=frames)
+    with pytest.raises(TypeError, match='schema'): FRAME_PRIORITIZED(schema=frames)
+    with pytest.raises(TypeError, match='schema'): FRAME_UNIFORM(schema=frames)
