@@ -66,6 +66,7 @@ from fastrl_per.per import PrioritizedReplayBuffer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import alternate, hand_update  # noqa: E402   (turns of equal load and the plain loop's update, shared with the CartPole benchmarks)
+from hand_loop import EnvSteps  # noqa: E402   (the loop's transitions, counted as the Learner counts them)
 
 STACK, SIDE, BS, GOAL = 4, 84, 32, 1.5
 ENV, PIPELINE_GOAL, CHECK_STEPS = 'ALE/Pong-v5', 1.1, 300
@@ -135,7 +136,7 @@ def settings(total_steps: int, warmup: int, buffer: int, target_every: int | Non
                 gamma=0.99, eps=1e-6, max_grad_norm=10.)
 
 
-class HandLoop:
+class HandLoop(EnvSteps):
     "DQN with prioritized replay on Atari as one plain loop (cleanrl style): the same work as `Learner`."
     def __init__(self, seed: int, c: dict):
         assert c['n_step'] == 1 and c['double'] and c['target_every'], 'the loop does 1-step double DQN with hard target copies'
@@ -146,21 +147,16 @@ class HandLoop:
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
         self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
-        self.env = EnvRun(ENV, 1, seed)
+        super().__init__(EnvRun(ENV, 1, seed), self.agent)
         self.buf = PrioritizedReplayBuffer(bs=c['bs'], alpha=c.get('alpha'), beta=c.get('beta'), eps=c['eps'], seed=seed,
                                            storage=FrameStorage(c['max_sz']))
-        self.frames, self.updates, self.returns = 0, 0, []
+        self.updates = 0
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
         self.planned = (c['total_steps'] - self.start) // c['train_every'] + 1   # updates in the run, as the Learner plans beta
 
     def fit(self, steps: int) -> list[dict]:
-        rows, end = [], self.frames + steps
-        while self.frames < end:
-            step = self.env.step(self.agent)
-            if not len(step): continue  # an autoreset row: not a transition
-            step = step[0]
-            self.frames += 1
-            if step.terminated or step.truncated: self.returns.append((self.frames, step.total_reward.item()))
+        rows = []
+        for step in self.transitions(steps):
             step.reward = step.reward.sign()  # clipped for training; total_reward keeps the game's score
             self.buf.add(step)
             if self.frames % self.c['train_every'] == 0 and len(self.buf) >= self.start: rows.append(self.update())

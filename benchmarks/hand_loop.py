@@ -1,6 +1,6 @@
 """The env side of the benchmarks' hand-written DQN loops on one env: the transitions an agent makes, counted.
 
-A `HandLoop` (`minatar_speed.py`'s) subclasses `EnvSteps` and takes its transitions from it: its `fit` only stores
+A `HandLoop` (`minatar_speed.py`'s and `atari_speed.py`'s) subclasses `EnvSteps` and takes its transitions from it: its `fit` only stores
 them and updates.
 """
 from __future__ import annotations
