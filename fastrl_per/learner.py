@@ -14,7 +14,9 @@ from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, adam, pick_device, dqn_update
+from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, adam, pick_device, dqn_update,
+                            check_networks, check_torch_rng)
+from .state import Stateful
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
 from .core import SimpleStep
@@ -88,7 +90,7 @@ def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, al
                                      prioritization=prioritization, storage=storage)
     return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
 
-class Learner:
+class Learner(Stateful):
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
     nstep = collector = None  # the n-step stage and the background collector, for learners that have them
 
@@ -225,9 +227,9 @@ class Learner:
                     envs=None if why else envs, fresh_episodes=why,
                     collector=None if self.collector is None else self.collector.state_dict())
 
-    def check_state(self, state:dict):
-        ("Raise a `ValueError` naming the problem unless `state` loads into this learner; "
-         "checks all that `load_state_dict` assigns.")
+    def check_state(self, state:dict) -> dict:
+        ("`state` if it loads into this learner; a `ValueError` naming the problem otherwise. "
+         "Checks all that `assign` takes over.")
         if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION:
             has_version = isinstance(state, dict) and 'version' in state
             old = f" (it has version {state.get('version')!r}; start a new run)" if has_version else ''
@@ -240,26 +242,13 @@ class Learner:
         if state['config'] != self.config:
             diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-        model, target, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
-        try:
-            model.load_state_dict(state['model']); target.load_state_dict(state['target_model'])
-            optimizer.load_state_dict(state['optimizer'])
-        except (RuntimeError, KeyError, ValueError, TypeError) as e:
-            raise ValueError(f"checkpoint networks do not fit: {e}") from e
-        (self.replay.buffer if isinstance(self.replay, ExperienceReplay) else self.replay).check_state(state['replay'])
-        agent = state['agent']
-        if not isinstance(agent, dict) or set(agent) != {'steps', 'rng'}:
-            raise ValueError("checkpoint agent state must be a dict with keys ['rng', 'steps']")
-        check_int('checkpoint agent steps', agent['steps'], low=0)
-        try: np.random.default_rng().bit_generator.state = agent['rng']
-        except (TypeError, ValueError, KeyError) as e:
-            raise ValueError(f"checkpoint agent rng is not a generator state: {e}") from e
+        check_networks(state, self.model, self.target_model, self.optimizer)
+        self.replay.check_state(state['replay'])
+        try: self.explorer.check_state(state['agent'])
+        except ValueError as e: raise ValueError(f"checkpoint: {e}") from None
         check_int('checkpoint updates', state['updates'], low=0)
         self.episodes.check_state(dict(frames=state['frames'], returns=state['returns']))
-        rng = state['torch_rng']
-        if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
-            raise ValueError("checkpoint torch_rng must be a uint8 tensor of shape "
-                             f"{tuple(torch.get_rng_state().shape)}")
+        check_torch_rng(state['torch_rng'])
         if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
         if (state['nstep'] is None) != (self.nstep is None):
             raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
@@ -270,11 +259,11 @@ class Learner:
         if (state['collector'] is None) != (self.collector is None):
             raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
         if self.collector is not None: self.collector.check_state(state['collector'])
+        return state
 
-    def load_state_dict(self, state:dict):
-        ("Restore a learner built with the same config: the whole state is checked first, so one that does not fit "
-         "raises `ValueError` and changes nothing.")
-        self.check_state(state)
+    def assign(self, state:dict):
+        ("Take over a state `check_state` passed (`load_state_dict` checks, then assigns): networks, replay, "
+         "exploration, counters, envs.")
         self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
         # torch keeps the given tensors: a copy, so two learners never share Adam's moments
         self.optimizer.load_state_dict(deepcopy(state['optimizer']))

@@ -13,6 +13,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor
 from .checks import check_int, save_atomically
+from .state import Stateful, check_keys, check_version
 
 
 # %% auto #0
@@ -329,22 +330,25 @@ def locked(method):
         with self.lock: return method(self, *args, **kwargs)
     return run_locked
 
-class BufferCore:
-    ("Base of the buffer cores: a re-entrant `lock` that their public methods hold. "
+class BufferCore(Stateful):
+    ("Base of the buffer cores: a re-entrant `lock` that their public methods hold (loading a state too). "
      "Copies and pickles get a lock of their own.")
     def __init__(self): self.lock = threading.RLock()
     def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}
     def __setstate__(self, state): self.__dict__.update(state); self.lock = threading.RLock()
 
+    @locked
+    def load_state_dict(self, state:dict):
+        ("Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` "
+         "and changes nothing.")
+        self.assign(self.check_state(state))
+
 def check_state_header(obj, state, keys:set):
     "Raise a `ValueError` unless `state` is a dict with `keys`, saved by a buffer of `obj`'s kind and schema version."
-    if not isinstance(state, dict): raise ValueError(f"a buffer state is a dict, got {type(state).__name__}")
-    missing = set(keys) - set(state)
-    if missing: raise ValueError(f"buffer state is missing {sorted(missing)}")
+    check_keys('buffer state', state, keys)
     if state['kind'] != type(obj).__name__:
         raise ValueError(f"state of a {state['kind']} cannot load into a {type(obj).__name__}")
-    if state['version'] != obj.schema_version:
-        raise ValueError(f"buffer state version {state['version']!r}, this code reads {obj.schema_version}")
+    check_version('buffer state', state, obj.schema_version)
 
 def rng_of_state(text) -> np.random.Generator:
     "The sampler saved as `json.dumps(rng.bit_generator.state)`; a `ValueError` if `text` is not one."
@@ -503,18 +507,13 @@ class ReplayBuffer(BufferCore):
             raise ValueError(f"state bs ({state['bs']}) cannot be larger than max_sz ({self.max_sz})")
         self.storage.check_saved(state['n_added'], state['columns'])
         rng_of_state(state['rng'])
+        return state
 
-    def _assign(self, state:dict):
+    def assign(self, state:dict):
         "Take over a checked `state`."
         self.bs, self.rng, self._unhooked = state['bs'], rng_of_state(state['rng']), 0
         self.storage.load(state['n_added'], state['columns'])
 
-    @locked
-    def load_state_dict(self, state:dict):
-        ("Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` "
-         "and changes nothing.")
-        self.check_state(state)
-        self._assign(state)
 
     def save(self, path):
         "Write the state to one file at `path`, atomically (a failed save leaves the old file)."
@@ -579,6 +578,7 @@ class ExperienceReplay(IterDataPipe):
     cycle = property(lambda self: self.buffer.cycle, doc="Completed trips round the ring.")
     _sz_tracker, _idx_tracker, _cycle_tracker = sz, idx, cycle   # fastrl's names
     def state_dict(self): return self.buffer.state_dict()
+    def check_state(self, state): return self.buffer.check_state(state)
     def load_state_dict(self, state): self.buffer.load_state_dict(state)
     def save(self, path): self.buffer.save(path)
     def load(self, path): self.buffer.load(path)

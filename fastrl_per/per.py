@@ -69,8 +69,9 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def check_state(self, state:dict):
         super().check_state(state)
         self._core.check_state(state, min(state['n_added'], self.max_sz))
-    def _assign(self, state:dict):
-        super()._assign(state)
+        return state
+    def assign(self, state:dict):
+        super().assign(state)
         self._core.load_state_dict(state, np.arange(len(self)))
         self._leave_out_invalid()
 

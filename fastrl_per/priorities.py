@@ -10,6 +10,7 @@ import torch
 from numba import njit
 from .sumtree import SumTree, last_writes, checked_leaves
 from .checks import check_int, check_number
+from .state import check_keys
 
 # %% auto #0
 __all__ = ['PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta', 'RankHeap', 'kind_defaults', 'Priorities',
@@ -290,8 +291,7 @@ class Priorities:
 
     def check_state(self, state:dict, n:int):
         "Raise a `ValueError` naming the problem unless `state` is a `state_dict` of `n` keys that loads here."
-        missing = {*STATE_SCALARS, *STATE_ARRAYS} - set(state)
-        if missing: raise ValueError(f"prioritized state is missing {sorted(missing)}")
+        check_keys('prioritized state', state, {*STATE_SCALARS, *STATE_ARRAYS})
         for k in ('alpha', 'beta', 'beta0'): check_number(k, state[k])
         for k in ('eps', 'max_priority'): check_number(k, state[k], low_ok=False)
         check_int('stale_dropped', state.get('stale_dropped', 0), low=0)

@@ -202,20 +202,21 @@ class RecurrentLearner(Learner):
         return dict(state, envs=envs if exact else None, fresh_episodes=None if exact else envs['unsaved'],
                     sequences=dict(self.sequences.state_dict(pending=exact), carried=carried))
 
-    def check_state(self, state:dict):
-        "`Learner.check_state`, plus the open sequences and the agent's carried LSTM state."
+    def check_state(self, state:dict) -> dict:
+        "`Learner.check_state`, plus the open sequences and the agent's carried LSTM state; what `assign` takes."
         keys, sequences = {'pending', 'items', 'carried'}, state.get('sequences') if isinstance(state, dict) else None
         if not isinstance(sequences, dict) or set(sequences) != keys:
             raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
         super().check_state({k: v for k, v in state.items() if k != 'sequences'})
         try:
-            self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
+            pipe = self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
             self.agent.check_carried(sequences['carried'])
         except ValueError as e: raise ValueError(f"checkpoint {e}") from e
+        return dict(state, sequences=dict(pipe, carried=sequences['carried']))
 
-    def load_state_dict(self, state:dict):
-        "Restore a learner built with the same config; checked first, so a `ValueError` changes nothing."
-        super().load_state_dict(state)   # which checks the whole state with `check_state` above first
+    def assign(self, state:dict):
+        "`Learner.assign`, then the open sequences and the carried state `check_state` passed."
+        super().assign(state)
         sequences = state['sequences']
-        self.sequences.load_state_dict({k: v for k, v in sequences.items() if k != 'carried'})
+        self.sequences.assign({k: v for k, v in sequences.items() if k != 'carried'})
         self.agent.carry(sequences['carried'])   # None with fresh episodes: a fresh state

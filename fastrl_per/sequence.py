@@ -254,11 +254,6 @@ class SequenceReplay(BufferCore):
         self._longest, self._shortest = _WindowMax(), _WindowMax()
         for id, n in zip(self.ids, lengths.tolist()): self._longest.push(id, n); self._shortest.push(id, -n)
 
-    @locked
-    def load_state_dict(self, state:dict):
-        ("Restore from `state_dict()`: the whole state is checked first, "
-         "so one that does not fit raises `ValueError` and changes nothing.")
-        self.assign(self.check_state(state))
 
 # %% ../nbs/09_sequence.ipynb #97056975
 @dataclass(eq=False)
