@@ -193,7 +193,7 @@ def timed_pair(seed: int, c: dict, warmup: int, frames: int, block: int) -> dict
     learners = dict(pipeline=pipeline(seed, c), loop=HandLoop(seed, c))
     for l in learners.values(): l.fit(warmup)
     spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
-    assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
+    assert learners['pipeline'].episodes.env_steps == learners['loop'].frames == warmup + frames
     assert spent['pipeline'][2] == spent['loop'][2] == frames // c['train_every'], spent   # the same updates for the same env steps
     return {k: (frames / w, cpu * 1000 / frames) for k, (w, cpu, _) in spent.items()}
 

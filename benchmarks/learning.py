@@ -53,14 +53,14 @@ def run(args):
         last = row['frame'] >= steps or (solved_at is not None and not full)
         if row['frame'] >= next_eval or last: evaluate(row['frame'], recent)
         if last: break
-    if evaluated_at != learner.episodes.frames: evaluate(learner.episodes.frames, recent)  # the budget ended between updates (n-step windows still open)
+    if evaluated_at != learner.episodes.env_steps: evaluate(learner.episodes.env_steps, recent)  # the budget ended between updates (n-step windows still open)
     cpu = time.process_time() - start
     final = dict(last=float(np.mean(greedy_returns(learner.agent, env, FINAL_EPISODES, FINAL_SEED))))
     learner.model.load_state_dict(best_model)
     greedy = float(np.mean(greedy_returns(learner.agent, env, FINAL_EPISODES, FINAL_SEED)))
-    return dict(replay=replay, seed=seed, solved_at=solved_at, greedy=greedy, greedy_last=final['last'], frames=learner.episodes.frames,
+    return dict(replay=replay, seed=seed, solved_at=solved_at, greedy=greedy, greedy_last=final['last'], frames=learner.episodes.env_steps,
                 peak20=round(float(peak), 1), last20=round(float(learner.episodes.recent(20)), 1), loss=round(float(np.mean(losses)), 4),
-                **{k: round(v, 3) for k, v in q_stats(learner).items()}, cpu_per_1k=1000 * cpu / learner.episodes.frames)
+                **{k: round(v, 3) for k, v in q_stats(learner).items()}, cpu_per_1k=1000 * cpu / learner.episodes.env_steps)
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])

@@ -141,7 +141,7 @@ def timed_pair(env_id: str, replay: str, seed: int, c: dict, warmup: int, frames
     learners = dict(pipeline=pipeline(env_id, replay, seed, c), loop=HandLoop(env_id, replay, seed, c))
     for l in learners.values(): l.fit(warmup)
     spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
-    assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
+    assert learners['pipeline'].episodes.env_steps == learners['loop'].frames == warmup + frames
     assert spent['pipeline'][2] == spent['loop'][2] == frames, spent   # one update per env step on both sides
     return {k: (frames / w, cpu * 1000 / n) for k, (w, cpu, n) in spent.items()}
 

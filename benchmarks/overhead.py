@@ -128,7 +128,7 @@ def timed_pair(seed, warmup, frames, block):
     learners = dict(pipeline=pipeline(seed, warmup + frames), loop=HandLoop(seed, warmup + frames))
     for l in learners.values(): l.fit(warmup)
     spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
-    assert learners['pipeline'].episodes.frames == learners['loop'].frames == warmup + frames
+    assert learners['pipeline'].episodes.env_steps == learners['loop'].frames == warmup + frames
     assert spent['pipeline'][2] == spent['loop'][2] > 0, spent   # the same updates for the same env steps
     return {k: (w * 10_000 / frames, c * 10_000 / frames) for k, (w, c, _) in spent.items()}
 

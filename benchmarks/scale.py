@@ -79,7 +79,7 @@ def run_learner(env_id, steps, collector=None):
         seconds, peak = time.perf_counter() - start, peak_mb()
         worker = source.process if source else None   # None for a thread
         if worker is not None: peak += peak_mb(worker.pid)
-    return dict(seconds=seconds, env_steps=learner.episodes.frames, updates=updates, peak_mb=peak)
+    return dict(seconds=seconds, env_steps=learner.episodes.env_steps, updates=updates, peak_mb=peak)
 
 def run_apex(env_id, steps, actors):
     import ray
@@ -92,7 +92,7 @@ def run_apex(env_id, steps, actors):
         updates = sum(1 for _ in run.iterate(steps))
         seconds = time.perf_counter() - start
         pids = [ray_get(a.collect.remote(None, 0, 1), 60, 'actor')['pid'] for a in run.actors] + run.stats()['pids']
-        return dict(seconds=seconds, env_steps=run.episodes.frames, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
+        return dict(seconds=seconds, env_steps=run.episodes.env_steps, updates=updates, peak_mb=peak_mb() + sum(peak_mb(p) for p in pids))
     finally: run.close()
 
 def one(mode, env_id, steps):

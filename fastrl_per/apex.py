@@ -438,7 +438,8 @@ class ApexRun(Stateful):
                                                     max_task_retries=-1,   # a call cut short by a death runs again
                                                     runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
         turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
-        self.actors = [actor_class.remote(c['env_id'], turn(i), e, c['seed'] + 1_000 * (i + 1) + self.episodes.frames,
+        base = c['seed'] + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
+        self.actors = [actor_class.remote(c['env_id'], turn(i), e, base + 1_000 * (i + 1),
                                           c['envs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
                                           self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
@@ -498,7 +499,7 @@ class ApexRun(Stateful):
         "Whether the actors are more than a few calls ahead of what `replay_ratio` asks for the updates done."
         # enough to fill the first batch and keep every actor busy
         slack = self.config['bs'] + 2 * len(self.actors) * self.config['chunk']
-        return self.episodes.frames > self.updates / self.config['replay_ratio'] + slack
+        return self.episodes.env_steps > self.updates / self.config['replay_ratio'] + slack
 
     def harvest(self, wait:bool):
         "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process: restarted, where."
@@ -528,11 +529,11 @@ class ApexRun(Stateful):
         `batches_per_call` come per call."""
         calls, idle, ready, sample, c = self.calls, self.idle, [], None, self.config
         fetch = lambda: self.replay.draws(c['batches_per_call'], c['bs'], self.shard_rng)
-        while self.episodes.frames < self.goal:
+        while self.episodes.env_steps < self.goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
                 calls[self.actors[i].collect.remote(self.weights, self.version, c['chunk'])] = i
-            can_learn = self.updates < c['replay_ratio'] * self.episodes.frames
+            can_learn = self.updates < c['replay_ratio'] * self.episodes.env_steps
             self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
             if not ready:
@@ -549,17 +550,17 @@ class ApexRun(Stateful):
 
     def iterate(self, steps:int):
         "Run until `steps` more env steps have reached the replay (starting Ray if need be); a metrics row per update."
-        self.goal = self.episodes.frames + check_int('steps', steps)
+        self.goal = self.episodes.env_steps + check_int('steps', steps)
         self.start()
         for row in self.pipe:
-            row.update(frame=self.episodes.frames, update=self.updates, version=self.version)
+            row.update(frame=self.episodes.env_steps, update=self.updates, version=self.version)
             yield row
 
     def fit(self, steps:int) -> list[dict]: return list(self.iterate(steps))
 
     def stop(self):
         "End the run at the env steps already collected: no new actor calls; the update in progress finishes."
-        self.goal = self.episodes.frames
+        self.goal = self.episodes.env_steps
 
     def recent(self, n:int=20) -> float: return self.episodes.recent(n)
 
@@ -596,7 +597,7 @@ class ApexRun(Stateful):
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
                     model=self.model.state_dict(), target_model=self.target_model.state_dict(),
                     optimizer=self.optimizer.state_dict(), replay=replay,
-                    agent=self.agent.state_dict(), frames=self.episodes.frames, returns=list(self.episodes.returns),
+                    agent=self.agent.state_dict(), **self.episodes.state_dict(),
                     updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
                     fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")
@@ -608,7 +609,7 @@ class ApexRun(Stateful):
         if (not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION
                 or state.get('learner') != type(self).__name__):
             raise ValueError(f"not a checkpoint of an ApexRun (version {CHECKPOINT_VERSION})")
-        check_keys('checkpoint', state, {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames',
+        check_keys('checkpoint', state, {'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                                          'returns', 'updates', 'actor_steps', 'weights_version', 'torch_rng'})
         config = {k: v for k, v in state['config'].items() if k not in DEPLOYMENT}   # older checkpoints kept num_cpus
         config.setdefault('replay_shards', 1)   # older checkpoints: one replay actor
@@ -622,7 +623,7 @@ class ApexRun(Stateful):
         if len(replay) != len(self.replay_state):
             raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
         for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
-        episodes = self.episodes.check_state(dict(frames=state['frames'], returns=state['returns']))
+        episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
         check_networks(state, self.model, self.target_model, self.optimizer)
         self.agent.check_state(state['agent'])
         check_int('checkpoint updates', state['updates'], low=0)

@@ -108,14 +108,14 @@ class EpsilonGreedy(Stateful):
 
 # %% ../nbs/05c_dqn.ipynb #9c3c07b7
 class EpisodeReturns(Stateful, IterDataPipe):
-    "Pass steps through; record `(frame, return)` for every episode that ends and count frames."
+    "Pass steps through; record `(env_step, return)` for every episode that ends and count env steps."
     def __init__(self, source_datapipe):
-        self.source_datapipe, self.frames, self.returns = source_datapipe, 0, []
+        self.source_datapipe, self.env_steps, self.returns = source_datapipe, 0, []
 
     def __iter__(self):
         for step in self.source_datapipe:
-            self.frames += 1
-            if step.terminated or step.truncated: self.returns.append((self.frames, step.total_reward.item()))
+            self.env_steps += 1
+            if step.terminated or step.truncated: self.returns.append((self.env_steps, step.total_reward.item()))
             yield step
 
     def recent(self, n:int=20) -> float:
@@ -124,24 +124,25 @@ class EpisodeReturns(Stateful, IterDataPipe):
 
     def count(self, steps:int, returns=()):
         "Count `steps` env steps taken elsewhere (by an Ape-X actor), then the `returns` of the episodes they ended."
-        self.frames += check_int('steps', steps, low=0)
-        self.returns += [(self.frames, float(r)) for r in returns]
+        self.env_steps += check_int('steps', steps, low=0)
+        self.returns += [(self.env_steps, float(r)) for r in returns]
 
     def state_dict(self) -> dict:
-        "The env steps counted and the `(frame, return)` of every ended episode, as plain data."
-        return dict(frames=self.frames, returns=list(self.returns))
+        "The env steps counted and the `(env_step, return)` of every ended episode, as plain data."
+        return dict(env_steps=self.env_steps, returns=list(self.returns))
 
     def check_state(self, state:dict):
         "A `ValueError` unless `state` is a `state_dict()`."
-        check_keys('episode state', state, {'frames', 'returns'}, exact=True)
-        check_int('checkpoint frames', state['frames'], low=0)
+        check_keys('episode state', state, {'env_steps', 'returns'}, exact=True)
+        check_int('checkpoint env_steps', state['env_steps'], low=0)
         if (not isinstance(state['returns'], list)
                 or not all(isinstance(r, (list, tuple)) and len(r) == 2 for r in state['returns'])):
-            raise ValueError("checkpoint returns must be a list of (frame, return) pairs")
+            raise ValueError("checkpoint returns must be a list of (env_step, return) pairs")
 
         return state
 
-    def assign(self, state:dict): self.frames, self.returns = state['frames'], [tuple(r) for r in state['returns']]
+    def assign(self, state:dict):
+        self.env_steps, self.returns = state['env_steps'], [tuple(r) for r in state['returns']]
 
 # %% ../nbs/05c_dqn.ipynb #9daca39c
 @dataclass

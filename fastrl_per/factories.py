@@ -88,7 +88,7 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
         notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: "
                      f"beta's annealing to 1 is re-planned over {total} steps")
     learner, why = restore_learner(state, **deployment), state.get('fresh_episodes')
-    notes.append(f"resumed at step {state['frames']}: "
+    notes.append(f"resumed at step {state['env_steps']}: "
                  + ("the envs continued their episodes exactly" if why is None else
                     f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
     return learner, state, notes

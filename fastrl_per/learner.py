@@ -36,8 +36,8 @@ def physical_memory() -> int:
     "Bytes of memory this machine has."
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
-CHECKPOINT_VERSION = 3
-CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'frames',
+CHECKPOINT_VERSION = 4
+CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
 
 def check_learner_args(replay:str, prioritization:str, collector:str|None, publish_every:int, total_steps:int,
@@ -150,7 +150,7 @@ class Learner(Stateful):
                       tau=None if target_every else tau,
                       updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
         if lr_end is not None:
-            self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.frames / total_steps)
+            self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.env_steps / total_steps)
         if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
 
     @staticmethod
@@ -193,7 +193,7 @@ class Learner(Stateful):
          "(with `frame`) per update.")
         self.budget.grant(-(-check_int("steps", steps) // self.nenvs))
         for row in self.pipe:
-            row['frame'] = self.episodes.frames
+            row['frame'] = self.episodes.env_steps
             yield row
 
     def fit(self, steps:int) -> list[dict]:
@@ -247,7 +247,7 @@ class Learner(Stateful):
         try: self.explorer.check_state(state['agent'])
         except ValueError as e: raise ValueError(f"checkpoint: {e}") from None
         check_int('checkpoint updates', state['updates'], low=0)
-        self.episodes.check_state(dict(frames=state['frames'], returns=state['returns']))
+        self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
         check_torch_rng(state['torch_rng'])
         if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
         if (state['nstep'] is None) != (self.nstep is None):
@@ -269,7 +269,7 @@ class Learner(Stateful):
         self.optimizer.load_state_dict(deepcopy(state['optimizer']))
         self.replay.load_state_dict(state['replay'])
         self.explorer.load_state_dict(state['agent'])
-        self.episodes.load_state_dict(dict(frames=state['frames'], returns=state['returns']))
+        self.episodes.load_state_dict(dict(env_steps=state['env_steps'], returns=state['returns']))
         for counter in (self.target_update, self.anneal):   # the stages that count updates
             if counter is not None: counter.load_state_dict(dict(steps=state['updates']))
         if isinstance(self.replay, ExperienceReplay): self.replay.set_items(state['replay_items'])
@@ -279,7 +279,7 @@ class Learner(Stateful):
         if self.collector is not None:   # its worker's envs start fresh episodes
             self.collector.load_state_dict(state['collector'])
         elif state['envs'] is None:   # fresh episodes, not a replay of the first ones
-            self.stepper.reseed(self.config['seed'] + state['frames'])
+            self.stepper.reseed(self.config['seed'] + state['env_steps'])
         else: self.stepper.load_state_dict(state['envs'])
         torch.set_rng_state(state['torch_rng'])
 
@@ -296,4 +296,5 @@ def upgrade_checkpoint(state:dict) -> dict:
     if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
         config.setdefault('collector', None); config.setdefault('publish_every', 50)
     if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
-    return dict(state, version=3, config=config)
+    state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
+    return dict(state, version=4, config=config)

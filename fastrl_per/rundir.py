@@ -145,7 +145,7 @@ def now() -> str: return datetime.now(timezone.utc).isoformat(timespec='seconds'
 def start_manifest(learner:Learner, previous:dict|None=None) -> dict:
     "The manifest of a run (leg) starting now, continuing `previous` for a resumed run."
     previous = previous or {}
-    leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.frames)
+    leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.env_steps)
     return dict(previous, **software(), **machine(learner), learner=type(learner).__name__, config=learner.config,
                 **space_shapes(learner.config['env_id']), defaults=defaults_source(learner.config['env_id']),
                 started=previous.get('started', leg['started']), ended=None, legs=previous.get('legs', []) + [leg])
@@ -197,7 +197,7 @@ def load_best(run_dir) -> dict|None:
 def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
     "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
     save_checkpoint(learner.state_dict(), run_dir / 'checkpoint.pt')
-    manifest.update(env_steps=learner.episodes.frames, updates=updates, episodes=len(learner.episodes.returns),
+    manifest.update(env_steps=learner.episodes.env_steps, updates=updates, episodes=len(learner.episodes.returns),
                     updated=now())
     if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
     if ended: manifest['ended'] = manifest['legs'][-1]['ended'] = manifest['updated']

@@ -77,13 +77,13 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
     if tuple(header) != METRIC_COLUMNS:
         raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
                          "start a new run")
-    if learner.config['total_steps'] <= learner.episodes.frames:
-        raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.frames} steps; "
+    if learner.config['total_steps'] <= learner.episodes.env_steps:
+        raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.env_steps} steps; "
                          "ask for more with `total_steps`")
     if check: check(learner)
     for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
     remove_orphans(run_dir)
-    keep_metrics_until(run_dir, learner.episodes.frames)
+    keep_metrics_until(run_dir, learner.episodes.env_steps)
     return learner, run_dir, previous, int(state.get('updates', 0)), notes
 
 # %% ../nbs/07d_train.ipynb #a34f153c
@@ -139,7 +139,8 @@ class TrainLoop:
         self.updates, self.threshold = updates, threshold
         self.eval_every, self.eval_episodes, self.eval_seed = eval_every, eval_episodes, eval_seed
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
-        self.saved = self.shown = learner.episodes.frames   # env step of the last checkpoint; of the last progress line
+        # the env step of the last checkpoint; of the last progress line
+        self.saved = self.shown = learner.episodes.env_steps
         self.n_returns = len(learner.episodes.returns)      # the episodes already on the board
         self.best = load_best(run_dir)
         self.best_score = -math.inf if self.best is None else self.best['eval_return']
@@ -175,7 +176,7 @@ class TrainLoop:
         while True:
             try: row = next(rows)
             except StopIteration: return
-            except (ValueError, ReplayLost) as e: raise self.failed(self.learner.episodes.frames, e) from e
+            except (ValueError, ReplayLost) as e: raise self.failed(self.learner.episodes.env_steps, e) from e
             yield row
 
     def record(self, row:dict, metrics:MetricsFile):
@@ -207,32 +208,32 @@ class TrainLoop:
         metrics.flush()
         self.manifest['tb_pending'] = self.board.pending()
         try: save_run(self.run_dir, self.learner, self.manifest, self.updates)
-        except ReplayLost as e: raise self.failed(self.learner.episodes.frames, e) from e
-        self.saved = self.learner.episodes.frames
+        except ReplayLost as e: raise self.failed(self.learner.episodes.env_steps, e) from e
+        self.saved = self.learner.episodes.env_steps
 
     def run(self, progress:bool, resumed:bool):
         ("Train to the budget, the threshold or a signal; the run's files saved at the end "
          "(`self.stop.signum`: the signal).")
         learner = self.learner
         save_run(self.run_dir, learner, self.manifest, self.updates)
-        self.bar = Progress(self.total, learner.episodes.frames) if progress else None
+        self.bar = Progress(self.total, learner.episodes.env_steps) if progress else None
         # Ray runs within, before the signals
         workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()
         with workers, StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
             self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.manifest.get('tb_pending'))
             try:
-                while not self.ending and self.stop.signum is None and learner.episodes.frames < self.total:
+                while not self.ending and self.stop.signum is None and learner.episodes.env_steps < self.total:
                     # a leg of the stream per checkpoint: it ends between env steps, where a checkpoint resumes exactly
-                    for row in self.rows(min(self.checkpoint_every, self.total - learner.episodes.frames)):
+                    for row in self.rows(min(self.checkpoint_every, self.total - learner.episodes.env_steps)):
                         self.record(row, metrics)
-                    if not self.ending and learner.episodes.frames < self.total: self.checkpoint(metrics)
+                    if not self.ending and learner.episodes.env_steps < self.total: self.checkpoint(metrics)
                 if (self.eval_every and not self.finished and self.stop.signum is None and metrics.last
                         and metrics.last['evaluated'] == ''):
                     # the budget ended on env steps that stored no transition (n-step windows still open): the final
                     # network is the last update's, so its evaluation goes on that update's row
                     metrics.score_last(self.evaluate(metrics.last['row']['frame'], metrics.last['update']))
             finally: self.board.close()
-        if self.bar: self.bar.close(learner.episodes.frames)
+        if self.bar: self.bar.close(learner.episodes.env_steps)
         if isinstance(learner, ApexRun): self.notes.append(learner.describe(resumed=resumed))
         self.manifest['tb_pending'] = self.board.pending()
         save_run(self.run_dir, learner, self.manifest, self.updates, ended=self.stop.signum is None)
@@ -244,11 +245,11 @@ class TrainLoop:
          "stopped it.")
         episodes, run_dir = self.learner.episodes, self.run_dir
         if self.stop.signum is not None:
-            raise RunInterrupted(f"stopped by {signal.Signals(self.stop.signum).name} at step {episodes.frames} "
+            raise RunInterrupted(f"stopped by {signal.Signals(self.stop.signum).name} at step {episodes.env_steps} "
                                  f"of {self.total}: saved checkpoint.pt, metrics.csv, run.json and plot.png "
                                  f"in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}",
                                  self.stop.signum)
-        counts = dict(steps=episodes.frames, updates=self.updates, episodes=len(episodes.returns))
+        counts = dict(steps=episodes.env_steps, updates=self.updates, episodes=len(episodes.returns))
         return '\n'.join(self.notes + run_ending(run_dir, counts, episodes.recent(20), self.threshold, self.final,
                                                  self.best))
 
@@ -315,7 +316,7 @@ def evaluate(run_dir:str, # a run directory written by train
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
     learner = restore_learner(state)
     if best is None:
-        network = f"checkpoint.pt (the latest, step {state['frames']}{'' if latest else '; the run has no best.pt'})"
+        network = f"checkpoint.pt (the latest, step {state['env_steps']}{'' if latest else '; the run has no best.pt'})"
     else:
         try: learner.model.load_state_dict(best['model'])
         except (RuntimeError, KeyError) as e:

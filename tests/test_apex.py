@@ -104,7 +104,7 @@ def test_ray_run_survives_a_killed_actor():
                 ray.kill(run.actors[0], no_restart=False)
                 killed_at = row['update']
         assert killed_at is not None and rows[-1]['update'] > killed_at + 50   # updates went on after the kill
-        assert run.episodes.frames >= 400 and counts == sorted(counts) and run.stats()['n_added'] >= counts[-1]
+        assert run.episodes.env_steps >= 400 and counts == sorted(counts) and run.stats()['n_added'] >= counts[-1]
         assert rows[-1]['version'] > 1 and all(np.isfinite(r['loss']) for r in rows)
         after = ray_get(run.actors[0].collect.remote(None, 0, 1), 60, 'actor 0 after its restart')['pid']
         assert after != before
@@ -150,19 +150,19 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     state = torch.load(out / 'checkpoint.pt', weights_only=True)
     manifest = json.loads((out / 'run.json').read_text())
     assert state['learner'] == manifest['learner'] == 'ApexRun' and state['config']['actors'] == 2
-    assert manifest['env_steps'] == state['frames'] >= 100 and sum(state['actor_steps']) == state['frames']
-    assert sum(r['n_added'] for r in state['replay']) >= state['frames']   # calls in flight may have pushed more
+    assert manifest['env_steps'] == state['env_steps'] >= 100 and sum(state['actor_steps']) == state['env_steps']
+    assert sum(r['n_added'] for r in state['replay']) >= state['env_steps']   # calls in flight may have pushed more
     assert state['weights_version'] == 1 + state['updates'] // 50   # published at the start and every 50 updates
     assert all((out / name).exists() for name in ('metrics.csv', 'plot.png', 'tb'))
     with open(out / 'metrics.csv', newline='') as f: evaluated = any(r['eval_return'] for r in csv.DictReader(f))
     assert (out / 'best.pt').exists() == evaluated   # evaluations every 200 steps; a stop by signal does not evaluate
-    frames = state['frames']
+    frames = state['env_steps']
     done = command('train', '--resume', out, '--steps', frames + 200, '--no-progress')
     assert done.returncode == 0, done.stderr
     assert "the actors' envs started afresh" in done.stdout and f'{frames + 200}' in done.stdout
     assert 'continued their episodes exactly' not in done.stdout and 'the envs started fresh episodes' in done.stdout
     resumed = torch.load(out / 'checkpoint.pt', weights_only=True)
-    assert resumed['frames'] >= frames + 200 and resumed['replay'][0]['n_added'] > state['replay'][0]['n_added'] and resumed['updates'] > state['updates']
+    assert resumed['env_steps'] >= frames + 200 and resumed['replay'][0]['n_added'] > state['replay'][0]['n_added'] and resumed['updates'] > state['updates']
     with open(out / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
     assert [int(r['update']) for r in rows] == list(range(1, len(rows) + 1))
     assert [int(r['frame']) for r in rows] == sorted(int(r['frame']) for r in rows)
@@ -299,7 +299,7 @@ def test_train_joins_a_cluster_spreads_its_actors_and_resumes_without_it(cluster
     assert 'on 2 of 2 nodes, 1 replay shard on the learner\'s node' in done.stdout
     state = torch.load(out / 'checkpoint.pt', weights_only=True)
     assert 'address' not in state['config'] and 'num_cpus' not in state['config']   # the deployment is not the run
-    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 200, '--actor-cpus', 0.5, '--no-progress')
+    resumed = without_cluster('train', '--resume', out, '--steps', state['env_steps'] + 200, '--actor-cpus', 0.5, '--no-progress')
     assert resumed.returncode == 0, resumed.stderr   # where it runs may change on a resume: --actor-cpus is no contradiction
     legs = json.loads((out / 'run.json').read_text())['legs']
     assert len(legs) == 2 and legs[1]['ray']['ray'] == 'started' and legs[1]['ray']['address'] != cluster.address
@@ -377,7 +377,7 @@ def test_losing_the_replays_node_ends_with_one_line_and_a_checkpoint_to_resume(c
     assert proc.returncode == 1 and 'Traceback' not in stderr and len(ours) == 1, stderr
     manifest, state = json.loads((out / 'run.json').read_text()), torch.load(out / 'checkpoint.pt', weights_only=True)
     assert re.search(r"training stopped at step \d+: replay shard 0 of 1 on 127.0.0.1 \(node \w{8}\) (died|did not answer)", ours[0]), ours[0]
-    assert f"{out / 'checkpoint.pt'} keeps step {state['frames']}" in ours[0] and state['frames'] >= 200
-    assert manifest['ended'] and 'replay shard 0' in manifest['legs'][-1]['error'] and manifest['env_steps'] == state['frames']
-    resumed = without_cluster('train', '--resume', out, '--steps', state['frames'] + 100, '--no-progress')
+    assert f"{out / 'checkpoint.pt'} keeps step {state['env_steps']}" in ours[0] and state['env_steps'] >= 200
+    assert manifest['ended'] and 'replay shard 0' in manifest['legs'][-1]['error'] and manifest['env_steps'] == state['env_steps']
+    resumed = without_cluster('train', '--resume', out, '--steps', state['env_steps'] + 100, '--no-progress')
     assert resumed.returncode == 0, resumed.stderr

@@ -120,7 +120,7 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     assert '"observation_shape": [\n    4,\n    84,\n    84\n  ]' in manifest and '"replay_bytes"' in manifest
     resumed = run('train', '--resume', out, '--steps', 280, '--no-progress', '--eval-every', 10_000, '--eval-episodes', 1)
     assert '280 steps, 56 updates' in resumed.stdout and 'best network (best.pt): greedy' in resumed.stdout
-    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] == 280
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps'] == 280
     rows = metric_rows(out)
     assert [int(r['update']) for r in rows] == list(range(1, 57)) and int(rows[-1]['frame']) == 280 and rows[-1]['eval_return'] != ''
     done = run('evaluate', out, '--episodes', 1)

@@ -203,7 +203,7 @@ def test_sigint_checkpoints_and_resume_continues(tmp_path):
     assert 'Traceback' not in stderr and len(stderr.strip().splitlines()) == 1
     assert f'resume with: fastrl_per train --resume {out}' in stderr
     saved = json.loads((out / 'run.json').read_text())
-    frames = torch.load(out / 'checkpoint.pt', weights_only=True)['frames']
+    frames = torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps']
     assert saved['env_steps'] == frames >= 100 and (out / 'plot.png').exists()
     saved['packages']['numpy'] = '0.0.1'  # as if written by another install: the resumed run warns
     (out / 'run.json').write_text(json.dumps(saved))
@@ -228,7 +228,7 @@ def test_sigterm_exits_143_with_a_checkpoint(tmp_path):
     out = tmp_path / 'run'
     code, _, stderr = interrupt(out, signal.SIGTERM, '--replay', 'uniform')
     assert code == 143 and 'stopped by SIGTERM' in stderr and 'Traceback' not in stderr, stderr
-    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] >= 100
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps'] >= 100
 
 
 def test_diverging_run_stops_at_a_step_and_keeps_the_checkpoint(tmp_path):
@@ -236,7 +236,7 @@ def test_diverging_run_stops_at_a_step_and_keeps_the_checkpoint(tmp_path):
     done = run('train', '--out', out, '--steps', 300, '--lr', 1e30, '--no-progress')
     assert_one_line_error(done, 'training stopped at step')
     assert 'checkpoint.pt keeps step 0' in done.stderr
-    assert torch.load(out / 'checkpoint.pt', weights_only=True)['frames'] == 0
+    assert torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps'] == 0
 
 
 # issue 14: video and version warnings

@@ -212,10 +212,10 @@ def test_the_command_with_a_collector_stops_on_ctrl_c_of_its_process_group_and_r
     assert saved['config']['collector'] == 'process' and saved['envs'] is None and saved['collector']['steps'] >= 200
     resumed = subprocess.run([*COMMAND, 'train', '--resume', str(run), *flags], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed at step {saved['frames']}: the envs started fresh episodes" in resumed.stdout
+    assert f"resumed at step {saved['env_steps']}: the envs started fresh episodes" in resumed.stdout
     frames = [int(line.split(',')[0]) for line in (run / 'metrics.csv').read_text().splitlines()[1:]]
     assert frames == sorted(frames) and frames[-1] > 1500 - 3   # the last env steps may store no 3-step transition yet
-    assert torch.load(run / 'checkpoint.pt', weights_only=True)['frames'] == 1500
+    assert torch.load(run / 'checkpoint.pt', weights_only=True)['env_steps'] == 1500
 
 
 def test_a_learner_with_a_collector_restores_its_record_and_refuses_a_checkpoint_without_one():
@@ -229,8 +229,8 @@ def test_a_learner_with_a_collector_restores_its_record_and_refuses_a_checkpoint
         again.load_state_dict(state)
         assert (again.collector.steps, again.collector.published) == (400, state['collector']['policy']['version'])
         assert again.explorer.state_dict() == state['agent'] and again.agent.model is again.model
-        assert len(again.fit(200)) > 150 and again.episodes.frames == 600
+        assert len(again.fit(200)) > 150 and again.episodes.env_steps == 600
         assert again.collector.version > state['collector']['policy']['version']   # the learner went on publishing
     plain = Learner('CartPole-v1', seed=0, total_steps=1_000)
     with pytest.raises(ValueError, match='collector state unexpected'): plain.load_state_dict(dict(state, config=plain.config))
-    assert plain.episodes.frames == 0 and plain.collector is None   # nothing was loaded
+    assert plain.episodes.env_steps == 0 and plain.collector is None   # nothing was loaded

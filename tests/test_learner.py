@@ -373,7 +373,7 @@ def test_short_training_run_beats_random():
     assert 15 < random_mean < 35  # CartPole's random policy lasts about 22 steps
     learner = Learner('CartPole-v1', seed=0, total_steps=TRAIN_STEPS)
     rows = learner.fit(TRAIN_STEPS)
-    assert learner.episodes.frames == TRAIN_STEPS and rows[-1]['frame'] == TRAIN_STEPS
+    assert learner.episodes.env_steps == TRAIN_STEPS and rows[-1]['frame'] == TRAIN_STEPS
     assert len(learner.episodes.returns) >= 20
     recent = learner.episodes.recent(20)
     assert recent > 2 * random_mean, (recent, random_mean)
@@ -402,13 +402,13 @@ def copy_run(base_run, tmp_path):
 def test_resume_continues_counters(base_run, tmp_path):
     run = copy_run(base_run, tmp_path)
     first = load_checkpoint(run)
-    assert first['frames'] == 300 and first['replay']['n_added'] == 300
+    assert first['env_steps'] == 300 and first['replay']['n_added'] == 300
     n_first = len(read_metrics(run)['frame'])
     assert first['updates'] == n_first == 300 - 64 + 1
     train(total_steps=500, resume=str(run), progress=False)
     state = load_checkpoint(run)
     frames = read_metrics(run)['frame']
-    assert state['frames'] == 500
+    assert state['env_steps'] == 500
     assert state['updates'] == first['updates'] + 200 == len(frames)
     assert state['replay']['n_added'] == 500
     # the agent's counter continues too (it also counts the autoreset steps the stream drops: one per ended episode)
@@ -529,9 +529,9 @@ def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monk
 def test_iterate_bounds_the_stream_without_setting_stage_attributes():
     learner = Learner('CartPole-v1', seed=3, total_steps=500, bs=16)
     for steps in (10, 30, 1):
-        before = learner.episodes.frames
+        before = learner.episodes.env_steps
         learner.fit(steps)
-        assert learner.episodes.frames == before + steps
+        assert learner.episodes.env_steps == before + steps
     assert learner.stepper.n is None  # the stepper itself stays endless
 
 
@@ -545,7 +545,7 @@ def test_resume_continues_envs_even_when_they_already_run():
     np.testing.assert_array_equal(run.obs, saved.obs)   # a's episode in progress, not b's nor a fresh one
     assert (run.step_n == saved.step_n).all() and (run.episode_n == saved.episode_n).all()
     assert b.fit(5) == a.fit(5)
-    assert b.episodes.frames == 45
+    assert b.episodes.env_steps == 45
 
 
 # ---- the learner's options: n-step returns, dueling head, several envs, update cadence, device
@@ -575,7 +575,7 @@ def test_dueling_head_is_used_and_trains():
 def test_several_envs_step_together_and_count_each_transition():
     learner = Learner('CartPole-v1', seed=0, total_steps=600, envs=3)
     learner.fit(300)
-    assert 270 <= learner.episodes.frames <= 300        # 100 vector steps of 3 copies, less the autoreset rows
+    assert 270 <= learner.episodes.env_steps <= 300        # 100 vector steps of 3 copies, less the autoreset rows
     assert set(learner.replay.memory[:].env_id.tolist()) == {0, 1, 2}
 
 
@@ -626,5 +626,5 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
     (run / 'best.pt').unlink()
     train(total_steps=400, resume=str(run), progress=False)
     resumed = load_checkpoint(run)
-    assert (resumed['version'], resumed['config']['layer_norm'], resumed['frames']) == (3, False, 400)
+    assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (4, False, 400)
     assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)

@@ -114,7 +114,7 @@ def test_a_checkpoint_that_does_not_fit_changes_nothing(one_thread):
     for s in bad:
         with pytest.raises(ValueError): other.load_state_dict(s)
     after = other.state_dict()
-    assert after['frames'] == before['frames'] and after['sequences']['items'] == before['sequences']['items']
+    assert after['env_steps'] == before['env_steps'] and after['sequences']['items'] == before['sequences']['items']
 
 
 @pytest.mark.parametrize('kwargs,contains', [(dict(recurrent_state='burned'), "'stored' or 'zero'"), (dict(eta=1.5), 'eta'),

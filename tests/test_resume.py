@@ -103,7 +103,7 @@ def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
-    frames = torch.load(stopped / 'checkpoint.pt', weights_only=True)['frames']
+    frames = torch.load(stopped / 'checkpoint.pt', weights_only=True)['env_steps']
     assert 100 <= frames < 600, frames
     resumed = subprocess.run([*COMMAND, 'train', '--resume', str(stopped), *LOOP_FLAGS], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
