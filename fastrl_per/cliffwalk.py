@@ -100,6 +100,10 @@ class Cliffwalk:
         self.updates += len(rows) if used < 0 else used
         return deltas[:len(rows) if used < 0 else used], used >= 0
 
+    def count(self, sse:float, updates:int):
+        "Take over the squared error and count the updates of a replay kernel run on these values outside `replay`."
+        self.sse, self.updates = sse, self.updates + updates
+
 # %% ../nbs/15_cliffwalk.ipynb #0d5f5311
 @njit(cache=True)
 def _greedy(q, b, linear, q_star, sse, state, action, reward, next_state, terminated, gamma, lr, prios, eps, u,
@@ -140,9 +144,9 @@ def replay_greedy(walk:Cliffwalk, chunk:int=4096):
     "Greedy TD-error prioritization: the row of largest |TD error| at its last replay (new rows first), ties at random."
     prios = np.ones(walk.size)
     while True:
-        used, walk.sse = _greedy(walk.q, walk.b, walk.linear, walk.q_star, walk.sse, *walk.columns(), walk.gamma,
-                                 walk.lr, prios, 1e-6, walk.rng.random(chunk), walk.tolerance * walk.q.size)
-        walk.updates += chunk if used < 0 else used
+        used, sse = _greedy(walk.q, walk.b, walk.linear, walk.q_star, walk.sse, *walk.columns(), walk.gamma,
+                            walk.lr, prios, 1e-6, walk.rng.random(chunk), walk.tolerance * walk.q.size)
+        walk.count(sse, chunk if used < 0 else used)
         if used > 0: return
 
 def replay_oracle(walk:Cliffwalk):
