@@ -62,7 +62,7 @@ def observations(env_id:str, collector:str|None) -> tuple:
     frames = isinstance(obs, tuple) and not grid
     if frames and collector:
         raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: "
-                         "train it without --collector")
+                         "train it without `collector`")
     return obs, n_actions, grid, frames
 
 def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bool, layer_norm:bool):
