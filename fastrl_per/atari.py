@@ -4,6 +4,7 @@
 
 # %% ../nbs/02c_atari.ipynb #8429ce4a
 from __future__ import annotations
+import importlib
 from functools import partial
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -14,34 +15,39 @@ from .core import SimpleStep, STEP_FIELDS
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'is_atari', 'register_atari',
-           'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env', 'make_env', 'SignRewards',
-           'capped_defaults', 'atari_defaults', 'id_defaults', 'defaults_source']
+__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'has_prefix', 'import_extra',
+           'is_atari', 'register_atari', 'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env',
+           'make_env', 'SignRewards', 'capped_defaults', 'atari_defaults', 'id_defaults', 'defaults_source']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
 ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
+MINATAR_EXTRA = "pip install 'fastrl_per[minatar]'"
+
+def has_prefix(env_id, prefix:str) -> bool:
+    "True for a string `env_id` of the family `prefix` names (`'ALE/'`, `'MinAtar/'`)."
+    return isinstance(env_id, str) and env_id.startswith(prefix)
+
+def import_extra(module:str, needs:str, extra:str):
+    "The imported `module`; a one-line `ValueError` saying what the envs `needs` and the `extra` to install if missing."
+    try: return importlib.import_module(module)
+    except ImportError: raise ValueError(f"{needs}: {extra}") from None
 
 def is_atari(env_id) -> bool:
     "True for an Arcade Learning Environment id (`ALE/...`)."
-    return isinstance(env_id, str) and env_id.startswith('ALE/')
+    return has_prefix(env_id, 'ALE/')
 
 def register_atari():
     "Register ale-py's `ALE/...` envs with gymnasium; a one-line `ValueError` naming the extra when ale-py is missing."
-    try: import ale_py
-    except ImportError: raise ValueError(f"Atari envs need ale-py and OpenCV: {ATARI_EXTRA}") from None
-    gym.register_envs(ale_py)
-
-MINATAR_EXTRA = "pip install 'fastrl_per[minatar]'"
+    gym.register_envs(import_extra('ale_py', "Atari envs need ale-py and OpenCV", ATARI_EXTRA))
 
 def is_minatar(env_id) -> bool:
     "True for a MinAtar id (`MinAtar/Breakout-v1`, ...: Young & Tian 2019's 10×10 games, bool observations)."
-    return isinstance(env_id, str) and env_id.startswith('MinAtar/')
+    return has_prefix(env_id, 'MinAtar/')
 
 def register_minatar():
     "Register the `minatar` package's `MinAtar/...` envs (gymnasium 1.x does not load its entry point itself)."
-    try: import minatar.gym
-    except ImportError: raise ValueError(f"MinAtar envs need the minatar package: {MINATAR_EXTRA}") from None
-    if 'MinAtar/Breakout-v1' not in gym.registry: minatar.gym.register_envs()
+    module = import_extra('minatar.gym', "MinAtar envs need the minatar package", MINATAR_EXTRA)
+    if 'MinAtar/Breakout-v1' not in gym.registry: module.register_envs()
 
 # %% ../nbs/02c_atari.ipynb #aa2fb3c4
 def make_atari_env(env_id:str, # an `ALE/...` id, e.g. 'ALE/Pong-v5'
