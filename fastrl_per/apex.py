@@ -16,14 +16,13 @@ from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta
 from .collect import PolicyCopy, Publish
-from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, td_target, adam, discrete_env_dims, dqn_update,
-                            check_networks, check_torch_rng)
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
 from .state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['DEPLOYMENT', 'apex_epsilons', 'td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
+__all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
            'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient',
            'check_apex_args', 'ApexRun', 'Batches']
 
@@ -35,7 +34,7 @@ def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
     return [eps] if n == 1 else [eps ** (1 + alpha * i / (n - 1)) for i in range(n)]
 
 # %% ../nbs/13_apex.ipynb #66071c22
-def td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
+def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
     "n-step TD errors of `batch` under `model` (targets from `target_model`, default `model`), no gradient."
     with torch.no_grad():
         q = model(batch.state).gather(-1, batch.action.long().unsqueeze(-1)).squeeze(-1)
@@ -48,10 +47,10 @@ class ReplayServer:
                  seed:int|None=None):
         self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
 
-    def add(self, batch:SimpleStep, td:torch.Tensor) -> int:
-        "Store `batch` with priorities |`td`| + eps; the number of transitions ever added."
+    def add(self, batch:SimpleStep, td_errors:torch.Tensor) -> int:
+        "Store `batch` with priorities |`td_errors`| + eps; the number of transitions ever added."
         # one finite error per transition, checked before anything is stored
-        _, td = feedback_arrays(np.arange(len(batch)), td)
+        _, td = feedback_arrays(np.arange(len(batch)), td_errors)
         with self.buffer.lock:
             slots = self.buffer.add(batch)
             # a batch longer than the ring keeps its last rows
@@ -71,9 +70,9 @@ class ReplayServer:
         return dict(total=float(tree.total), least=float(tree.min) if len(self.buffer) else math.inf,
                     size=len(self.buffer), beta=self.buffer.beta)
 
-    def update_priorities(self, idxs, td, fraction:float|None=None, final:float=1.) -> dict:
+    def update_priorities(self, idxs, td_errors, fraction:float|None=None, final:float=1.) -> dict:
         "The buffer's `update_priorities`; with `fraction` (training progress) beta anneals to `final` too; `totals()`."
-        self.buffer.update_priorities(idxs, td)
+        self.buffer.update_priorities(idxs, td_errors)
         if fraction is not None: self.buffer.anneal_beta(fraction, final)
         return self.totals()
 
@@ -174,15 +173,16 @@ class ApexActor:
         if weights is not None and version > self.policy.version: self.policy.publish(weights, version)
         ended = len(self.episodes.returns)
         batch = SimpleStep.from_steps([next(self.transitions) for _ in range(steps)])
-        self.push(batch, td_errors(self.policy.model, batch, self.gamma))
+        self.push(batch, batch_td_errors(self.policy.model, batch, self.gamma))
         return dict(steps=steps, version=self.policy.version, epsilon=self.policy.epsilon,
                     returns=[r for _, r in self.episodes.returns[ended:]], pid=os.getpid())
 
-    def push(self, batch:SimpleStep, td:torch.Tensor):
+    def push(self, batch:SimpleStep, td_errors:torch.Tensor):
         "Add to the next shard in turn: a direct call in one process, a Ray call (awaited, with a timeout) across them."
         shard, self.pushes = self.shards[self.pushes % len(self.shards)], self.pushes + 1
-        if isinstance(shard, ReplayServer): shard.add(batch, td)
-        else: ray_get(shard.add.remote(batch, td.numpy()), self.timeout, 'the replay actor')   # numpy: cheap unpickling
+        if isinstance(shard, ReplayServer): shard.add(batch, td_errors)
+        else:   # numpy: cheap unpickling
+            ray_get(shard.add.remote(batch, td_errors.numpy()), self.timeout, 'the replay actor')
 
     def where(self) -> dict: return where()
 
@@ -236,9 +236,9 @@ class ReplayClient:
         servers, self.servers, self.pending = self.servers, [], []
         return servers
 
-    def update_priorities(self, idxs, td):
-        "Keep `td` for `idxs` until `send`; checked now, so bad feedback fails at the update that made it."
-        self.gathered.append(feedback_arrays(idxs, td))
+    def update_priorities(self, idxs, td_errors):
+        "Keep `td_errors` for `idxs` until `send`; checked now, so bad feedback fails at the update that made it."
+        self.gathered.append(feedback_arrays(idxs, td_errors))
 
     def send(self):
         "Send the gathered feedback (and latest beta annealing), one call a shard, once the last calls have answered."
@@ -370,11 +370,7 @@ class ApexRun(Stateful):
         c = self.config
         obs_dim, n_actions = discrete_env_dims(c['env_id'])
         torch.manual_seed(c['seed'])
-        self.device, self.model = torch.device('cpu'), QNetwork(obs_dim, n_actions, c['hidden'],
-                                                                layer_norm=c['layer_norm'])
-        self.target_model = QNetwork(obs_dim, n_actions, c['hidden'], layer_norm=c['layer_norm']).requires_grad_(False)
-        self.target_model.load_state_dict(self.model.state_dict())
-        self.optimizer = adam(self.model, c['lr'])
+        self.core = DQNCore(QNetwork(obs_dim, n_actions, c['hidden'], layer_norm=c['layer_norm']), c['lr'])
         self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c['eps_start'], self.epsilons[-1],
                                                    self.decay, seed=c['seed'])
 
@@ -383,9 +379,8 @@ class ApexRun(Stateful):
          "weights every `publish_every` updates.")
         c = self.config
         updates = max(1, round(c['total_steps'] * c['replay_ratio']))
-        self.pipe, self.target_update, self.anneal = dqn_update(
-            Batches(self), self.model, self.target_model, self.optimizer, self.explorer, self.replay, c['gamma'],
-            c['max_grad_norm'], double=c['double'], tau=c['tau'], updates=updates)
+        self.pipe = self.core.train(self.core.losses(Batches(self), c['gamma'], c['double']), self.explorer,
+                                    self.replay, c['max_grad_norm'], tau=c['tau'], updates=updates)
         self.pipe = Publish(self.pipe, self, self.model, every=c['publish_every'])
 
     def new_shards(self) -> list[ReplayServer]:
@@ -397,7 +392,11 @@ class ApexRun(Stateful):
     @property
     def updates(self) -> int:
         "Updates made so far."
-        return self.target_update.steps
+        return self.core.updates
+    @property
+    def model(self) -> nn.Module:
+        "The online Q-network (its `core`'s): what `evaluate` plays and the actors are sent."
+        return self.core.model
     @property
     def published(self) -> int:
         "The version of the weights the actors were last sent."
@@ -595,10 +594,8 @@ class ApexRun(Stateful):
         if self.replay.lost: raise ReplayLost(f"{self.replay.lost}: the run holds no replay to save")
         replay = self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
-                    model=self.model.state_dict(), target_model=self.target_model.state_dict(),
-                    optimizer=self.optimizer.state_dict(), replay=replay,
-                    agent=self.agent.state_dict(), **self.episodes.state_dict(),
-                    updates=self.updates, actor_steps=list(self.actor_steps), weights_version=self.version,
+                    **self.core.state_dict(), replay=replay, agent=self.agent.state_dict(),
+                    **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
                     fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")
 
@@ -624,23 +621,19 @@ class ApexRun(Stateful):
             raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
         for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
         episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
-        check_networks(state, self.model, self.target_model, self.optimizer)
-        self.agent.check_state(state['agent'])
-        check_int('checkpoint updates', state['updates'], low=0)
+        core, agent = self.core.check_state(state), self.agent.check_state(state['agent'])
         check_torch_rng(state['torch_rng'])
-        return dict(state, replay=replay, episodes=episodes)
+        return dict(state, replay=replay, episodes=episodes, core=core, agent=agent)
 
     def assign(self, checked:dict):
         "Take over what `check_state` returned: replay, networks, exploration, counters, weights version, RNGs."
         self.replay_state, self.actor_steps = checked['replay'], list(checked['actor_steps'])
         self.version = checked['weights_version']
-        self.model.load_state_dict(checked['model']); self.target_model.load_state_dict(checked['target_model'])
-        self.optimizer.load_state_dict(checked['optimizer'])
+        self.core.assign(checked['core'])
         self.agent.assign(checked['agent'])
         self.episodes.assign(checked['episodes'])
-        for counter in (self.target_update, self.anneal): counter.assign(checked['updates'])
-        if self.anneal.steps:
-            self.replay.anneal_beta(min(1., self.anneal.steps / self.anneal.total_steps), self.anneal.final)
+        anneal = self.core.anneal
+        if anneal.steps: self.replay.anneal_beta(min(1., anneal.steps / anneal.total_steps), anneal.final)
         torch.set_rng_state(checked['torch_rng'])
         if 'shard_rng' in checked: self.shard_rng.bit_generator.state = checked['shard_rng']
 

@@ -6,7 +6,6 @@
 from __future__ import annotations
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn as nn
@@ -28,8 +27,7 @@ from .nstep import nstep_discount
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
            'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNUpdate', 'dqn_update', 'check_networks',
-           'check_torch_rng']
+           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNCore', 'check_torch_rng']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -152,7 +150,7 @@ class TrainStep:
     q:torch.Tensor|None=None # Q(s, a) of the online network, with gradient
     next_q:torch.Tensor|None=None # the online network's Q(s', ·), detached (double DQN picks a* with it)
     target:torch.Tensor|None=None # r + γ·Q_target(s', a*) (no bootstrap past a terminal step)
-    td:torch.Tensor|None=None # target - q, detached
+    td_errors:torch.Tensor|None=None # target - q, detached
     loss:torch.Tensor|None=None # importance-weighted mean loss
 
 # %% ../nbs/05c_dqn.ipynb #1dc14d5b
@@ -223,7 +221,7 @@ class WeightedLoss(IterDataPipe):
 
     def __iter__(self):
         for ts in self.source_datapipe:
-            ts.td = ts.target - ts.q.detach()
+            ts.td_errors = ts.target - ts.q.detach()
             ts.loss = (self.loss_fn(ts.q, ts.target, reduction='none') * ts.batch.weights).mean()
             yield ts
 
@@ -310,9 +308,9 @@ class PriorityFeedback(IterDataPipe):
     def __iter__(self):
         buffer = buffer_or_upstream(self.source_datapipe, self.buffer, PrioritizedExperienceReplay)
         for ts in self.source_datapipe:
-            idxs, errors = ts.batch.idxs, ts.td.abs()
-            if self.per_id: idxs, errors = max_by_id(idxs.numpy(), errors.numpy())
-            buffer.update_priorities(idxs, errors)
+            idxs, td_errors = ts.batch.idxs, ts.td_errors.abs()
+            if self.per_id: idxs, td_errors = max_by_id(idxs.numpy(), td_errors.numpy())
+            buffer.update_priorities(idxs, td_errors)
             yield ts
 
 class AnnealBeta(Stateful, IterDataPipe):
@@ -370,43 +368,72 @@ def discrete_env_dims(env_id:str,
     return obs_space.shape[0], int(act_space.n)
 
 # %% ../nbs/05c_dqn.ipynb #cf9780b2
-class DQNUpdate(NamedTuple):
-    "What `dqn_update` chains: the metrics rows, and the stages that count updates (`anneal`: None without feedback)."
-    pipe: TrainMetrics
-    target_update: TargetUpdate
-    anneal: AnnealBeta | None
+class DQNCore(Stateful):
+    "The Q-network, its target copy and the optimiser on one device, and the update chained after sampled batches."
+    def __init__(self,
+                 model:nn.Module, # the online Q-network; moved to `device`
+                 lr:float, # Adam learning rate
+                 device:str|torch.device='cpu'): # where the networks train (`pick_device`'s names, or a device)
+        self.device = device if isinstance(device, torch.device) else pick_device(device)
+        self.model = model.to(self.device)
+        self.target_model = deepcopy(self.model).requires_grad_(False)
+        self.optimizer = adam(self.model, lr)
+        self.target_update: TargetUpdate | None = None   # the stages that count updates, once `train` chains them
+        self.anneal: AnnealBeta | None = None   # None without priority feedback
 
-def dqn_update(samples, # yields sampled batches (a buffer's pipe, or batches fetched from replay actors)
-               model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimizer,
-               explorer:EpsilonGreedy, # whose epsilon the metrics report
-               replay, # the buffer the batches come from: beta for the metrics, and priority feedback
-               gamma:float, max_grad_norm:float|None, double:bool=False, target_every:int|None=None,
-               tau:float|None=None, per_id:bool=False, # feedback: one priority per id (an episode's), the max
-               updates:int|None=None, # planned updates: with it, priority feedback and beta annealing over them
-               device:torch.device|None=None, # the networks' device (None: where the batches are)
-               ) -> DQNUpdate:
-    "The DQN update chained after `samples`."
-    if device is not None and device.type != 'cpu': samples = ToDevice(samples, device)
-    pipe = TDTargets(OnlineQ(samples, model, double), target_model, gamma)
-    pipe = OptimizerStep(WeightedLoss(pipe), optimizer, max_grad_norm)
-    pipe = target_update = TargetUpdate(pipe, model, target_model, every=target_every, tau=tau)
-    anneal = None
-    if updates is not None:
-        pipe = PriorityFeedback(pipe, replay, per_id=per_id)
-        pipe = anneal = AnnealBeta(pipe, updates, buffer=replay)
-    return DQNUpdate(TrainMetrics(pipe, explorer, buffer=replay), target_update, anneal)
+    def losses(self, samples, gamma:float, double:bool=False) -> WeightedLoss:
+        "The importance-weighted DQN loss of each batch of `samples` (moved to the networks' device)."
+        if self.device.type != 'cpu': samples = ToDevice(samples, self.device)
+        return WeightedLoss(TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma))
+
+    def train(self,
+              losses, # yields `TrainStep`s with their loss (`losses`, or a learner's own)
+              explorer:EpsilonGreedy, # whose epsilon the metrics report
+              replay, # the buffer the batches come from: beta for the metrics, and priority feedback
+              max_grad_norm:float|None, target_every:int|None=None, tau:float|None=None,
+              per_id:bool=False, # feedback: one priority per id (an episode's), the max
+              updates:int|None=None, # planned updates: with it, priority feedback and beta annealing over them
+              ) -> TrainMetrics:
+        "The optimiser step and the rest of the update chained after `losses`: the metrics rows."
+        pipe = OptimizerStep(losses, self.optimizer, max_grad_norm)
+        pipe = self.target_update = TargetUpdate(pipe, self.model, self.target_model, every=target_every, tau=tau)
+        if updates is not None:
+            pipe = PriorityFeedback(pipe, replay, per_id=per_id)
+            pipe = self.anneal = AnnealBeta(pipe, updates, buffer=replay)
+        return TrainMetrics(pipe, explorer, buffer=replay)
+
+    @property
+    def updates(self) -> int:
+        "Updates made so far."
+        return 0 if self.target_update is None else self.target_update.steps
+
+    def state_dict(self) -> dict:
+        "The networks, the optimiser and the update count, as a learner's checkpoint holds them."
+        return dict(model=self.model.state_dict(), target_model=self.target_model.state_dict(),
+                    optimizer=self.optimizer.state_dict(), updates=self.updates)
+
+    def check_state(self, state:dict) -> dict:
+        ("`state` (the keys of `state_dict()` in a checkpoint) if it loads: the networks and optimiser are tried on "
+         "copies, so one that does not fit raises and this core is as it was.")
+        check_keys('checkpoint', state, {'model', 'target_model', 'optimizer', 'updates'})
+        model, target_model, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
+        try:
+            model.load_state_dict(state['model']); target_model.load_state_dict(state['target_model'])
+            optimizer.load_state_dict(state['optimizer'])
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"checkpoint networks do not fit: {e}") from e
+        check_int('checkpoint updates', state['updates'], low=0)
+        return state
+
+    def assign(self, state:dict):
+        "Take over the networks, the optimiser and the update count of a state `check_state` passed."
+        self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
+        # torch keeps the given tensors: a copy, so two learners never share Adam's moments
+        self.optimizer.load_state_dict(deepcopy(state['optimizer']))
+        for counter in (self.target_update, self.anneal):
+            if counter is not None: counter.assign(state['updates'])
 
 # %% ../nbs/05c_dqn.ipynb #d478a64f
-def check_networks(state:dict, model:nn.Module, target_model:nn.Module, optimizer:torch.optim.Optimizer):
-    ("A `ValueError` unless `state`'s `model`, `target_model` and `optimizer` load into copies of these; "
-     "the originals are left as they are.")
-    model, target_model, optimizer = deepcopy((model, target_model, optimizer))
-    try:
-        model.load_state_dict(state['model']); target_model.load_state_dict(state['target_model'])
-        optimizer.load_state_dict(state['optimizer'])
-    except (RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise ValueError(f"checkpoint networks do not fit: {e}") from e
-
 def check_torch_rng(rng):
     "A `ValueError` unless `rng` is a state `torch.set_rng_state` takes (a `torch.get_rng_state()`)."
     if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:

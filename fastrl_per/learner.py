@@ -5,17 +5,16 @@
 # %% ../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
 import os
-from copy import deepcopy
 import numpy as np
 import torch
+import torch.nn as nn
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults
-from .dqn import (QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, adam, pick_device, dqn_update,
-                            check_networks, check_torch_rng)
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, DQNCore, check_torch_rng
 from .state import Stateful
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
@@ -76,7 +75,7 @@ def check_fits(nbytes:int, max_sz:int) -> int:
     if nbytes > physical_memory():
         raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {nbytes / 1e9:.1f} GB, "
                          f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
-                         "choose a smaller max_sz (--buffer-size)")
+                         "choose a smaller `max_sz`")
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
@@ -136,9 +135,9 @@ class Learner(Stateful):
         obs, n_actions, grid, frames = observations(env_id, collector)
         self.replay_nbytes = check_fits(self.storage_nbytes(obs, max_sz, frames), max_sz)
         torch.manual_seed(seed)
-        model = q_network(obs, n_actions, grid, frames, hidden, dueling, layer_norm)
-        agent = EpsilonGreedy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
-        steps = self.act(model, agent, lr, env_id, seed, envs, device, collector)
+        self.core = DQNCore(q_network(obs, n_actions, grid, frames, hidden, dueling, layer_norm), lr, device)
+        agent = EpsilonGreedy(self.model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
+        steps = self.act(agent, env_id, seed, envs, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
         if n_step > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)
@@ -146,12 +145,18 @@ class Learner(Stateful):
                                   every=train_every, repeats=gradient_steps, warmup=warmup)
         stored = total_steps - (n_step - 1) * envs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
-        self.assemble(self.replay, gamma, max_grad_norm, double=double, target_every=target_every,
-                      tau=None if target_every else tau,
-                      updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
+        self.pipe = self.core.train(self.core.losses(self.replay, gamma, double), self.explorer, self.replay,
+                                    max_grad_norm, target_every=target_every, tau=None if target_every else tau,
+                                    updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
         if lr_end is not None:
-            self.pipe = AnnealLR(self.pipe, self.optimizer, lr, lr_end, lambda: self.episodes.env_steps / total_steps)
+            self.pipe = AnnealLR(self.pipe, self.core.optimizer, lr, lr_end,
+                                 lambda: self.episodes.env_steps / total_steps)
         if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
+
+    @property
+    def model(self) -> nn.Module:
+        "The online Q-network (its `core`'s): what `evaluate` plays and checkpoints keep as the policy."
+        return self.core.model
 
     @staticmethod
     def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
@@ -163,30 +168,19 @@ class Learner(Stateful):
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
-    def act(self, model, agent, lr:float, env_id:str, seed:int, envs:int=1, device:str='cpu', collector:str|None=None):
-        ("Set up the networks (on `device`), optimiser and agent; the stream of single env steps "
-         "(bounded by `iterate`), counting episode returns.")
-        self.device = pick_device(device)
-        self.model, self.agent = model.to(self.device), agent
-        self.target_model = deepcopy(self.model)
-        self.optimizer = adam(model, lr)
+    def act(self, agent, env_id:str, seed:int, envs:int=1, collector:str|None=None):
+        ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
+         "counting episode returns.")
+        self.agent = agent
         # explorer: the agent whose exploration the metrics and checkpoints follow
         self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent
         if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the evaluations
-            self.collector = AsyncCollector(env_id, model, seed, envs, agent.start, agent.end, agent.decay_steps,
+            self.collector = AsyncCollector(env_id, self.model, seed, envs, agent.start, agent.end, agent.decay_steps,
                                             method=collector)
             self.explorer, self.stepper = self.collector.policy.agent, self.collector
         else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
         return self.episodes
-
-    def assemble(self, samples, gamma:float, max_grad_norm:float|None, double:bool=False, target_every:int|None=None,
-                 tau:float|None=None, per_id:bool=False, updates:int|None=None):
-        ("Chain the DQN update after `samples` (moved to the networks' device); with `updates`, priority feedback "
-         "to `self.replay` and beta annealing over that many.")
-        self.pipe, self.target_update, self.anneal = dqn_update(
-            samples, self.model, self.target_model, self.optimizer, self.explorer, self.replay, gamma, max_grad_norm,
-            double, target_every, tau, per_id, updates, self.device)
 
     def iterate(self, steps:int):
         ("Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row "
@@ -218,18 +212,16 @@ class Learner(Stateful):
         if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
         else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
-                    model=self.model.state_dict(), target_model=self.target_model.state_dict(),
-                    optimizer=self.optimizer.state_dict(), replay=self.replay.state_dict(),
-                    agent=self.explorer.state_dict(), **self.episodes.state_dict(), updates=self.target_update.steps,
-                    torch_rng=torch.get_rng_state(),
+                    **self.core.state_dict(), replay=self.replay.state_dict(),
+                    agent=self.explorer.state_dict(), **self.episodes.state_dict(), torch_rng=torch.get_rng_state(),
                     replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
                     nstep=None if self.nstep is None else self.nstep.state_dict(),
                     envs=None if why else envs, fresh_episodes=why,
                     collector=None if self.collector is None else self.collector.state_dict())
 
     def check_state(self, state:dict) -> dict:
-        ("`state` if it loads into this learner; a `ValueError` naming the problem otherwise. "
-         "Checks all that `assign` takes over.")
+        ("What `assign` takes (`state` with each part's checked form) if `state` loads into this learner; a "
+         "`ValueError` naming the problem otherwise. Checks all that `assign` takes over.")
         if not isinstance(state, dict) or state.get('version') != CHECKPOINT_VERSION:
             has_version = isinstance(state, dict) and 'version' in state
             old = f" (it has version {state.get('version')!r}; start a new run)" if has_version else ''
@@ -242,45 +234,39 @@ class Learner(Stateful):
         if state['config'] != self.config:
             diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-        check_networks(state, self.model, self.target_model, self.optimizer)
+        checked = dict(state, core=self.core.check_state(state))
         self.replay.check_state(state['replay'])
-        try: self.explorer.check_state(state['agent'])
+        try: checked['agent'] = self.explorer.check_state(state['agent'])
         except ValueError as e: raise ValueError(f"checkpoint: {e}") from None
-        check_int('checkpoint updates', state['updates'], low=0)
-        self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
+        checked['episodes'] = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
         check_torch_rng(state['torch_rng'])
         if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
         if (state['nstep'] is None) != (self.nstep is None):
             raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
-        if self.nstep is not None: self.nstep.check_state(state['nstep'])
+        if self.nstep is not None: checked['nstep'] = self.nstep.check_state(state['nstep'])
         if (state['envs'] is None) != bool(state['fresh_episodes']):
             raise ValueError("checkpoint must hold either the envs' state or why not (fresh_episodes)")
-        if state['envs'] is not None: self.stepper.check_state(state['envs'])
+        if state['envs'] is not None: checked['envs'] = self.stepper.check_state(state['envs'])
         if (state['collector'] is None) != (self.collector is None):
             raise ValueError(f"checkpoint collector state {'missing' if self.collector else 'unexpected'}")
-        if self.collector is not None: self.collector.check_state(state['collector'])
-        return state
+        if self.collector is not None: checked['collector'] = self.collector.check_state(state['collector'])
+        return checked
 
     def assign(self, state:dict):
-        ("Take over a state `check_state` passed (`load_state_dict` checks, then assigns): networks, replay, "
+        ("Take over what `check_state` returned (`load_state_dict` checks, then assigns): networks, replay, "
          "exploration, counters, envs.")
-        self.model.load_state_dict(state['model']); self.target_model.load_state_dict(state['target_model'])
-        # torch keeps the given tensors: a copy, so two learners never share Adam's moments
-        self.optimizer.load_state_dict(deepcopy(state['optimizer']))
-        self.replay.load_state_dict(state['replay'])
-        self.explorer.load_state_dict(state['agent'])
-        self.episodes.load_state_dict(dict(env_steps=state['env_steps'], returns=state['returns']))
-        for counter in (self.target_update, self.anneal):   # the stages that count updates
-            if counter is not None: counter.load_state_dict(dict(steps=state['updates']))
+        self.core.assign(state['core'])
+        self.replay.load_state_dict(state['replay'])   # the buffer checks and assigns under its own lock
+        self.explorer.assign(state['agent'])
+        self.episodes.assign(state['episodes'])
         if isinstance(self.replay, ExperienceReplay): self.replay.set_items(state['replay_items'])
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
-            self.nstep.load_state_dict(state['nstep'] if state['envs'] is not None
-                                       else dict(state['nstep'], windows={}))
+            self.nstep.assign(state['nstep'] if state['envs'] is not None else {})
         if self.collector is not None:   # its worker's envs start fresh episodes
-            self.collector.load_state_dict(state['collector'])
+            self.collector.assign(state['collector'])
         elif state['envs'] is None:   # fresh episodes, not a replay of the first ones
             self.stepper.reseed(self.config['seed'] + state['env_steps'])
-        else: self.stepper.load_state_dict(state['envs'])
+        else: self.stepper.assign(state['envs'])
         torch.set_rng_state(state['torch_rng'])
 
 # %% ../nbs/06_learner.ipynb #79781261

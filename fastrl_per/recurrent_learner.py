@@ -10,8 +10,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep
 from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .dqn import (EpsilonGreedy, TrainStep, OptimizerStep, TargetUpdate, PriorityFeedback, AnnealBeta, TrainMetrics,
-                            discrete_env_dims)
+from .dqn import EpsilonGreedy, TrainStep, DQNCore, discrete_env_dims
 from .learner import Learner
 from .checks import check_int, check_number
 
@@ -92,7 +91,7 @@ def sequence_step(batch:PrioritizedBatch, # `burn_in + length` rows per sequence
                   stored:bool=True, # start from the stored state (else from zeros)
                   rescaled:bool=True, # regress `rescale` of the returns
                  ) -> TrainStep:
-    "Burn-in, online Q of the trained steps, n-step double-DQN targets, the masked loss, the sequences' priorities (td)"
+    "Burn-in, online Q of the trained steps, n-step double-DQN targets, the masked loss, the sequence priorities"
     c, mask = batch.chunks, batch.mask
     B, L = len(mask), mask.shape[1] - burn_in
     start = c.recurrent_state[:, 0] if stored else c.state.new_zeros(B, 4, model.hidden)
@@ -128,7 +127,7 @@ def sequence_step(batch:PrioritizedBatch, # `burn_in + length` rows per sequence
     loss = (per_step.sum(1) / v * batch.weights).mean()
     priority = eta * td.abs().max(1).values + (1 - eta) * td.abs().sum(1) / v
     batch = SimpleStep.from_fields(c.as_dict(), idxs=batch.indices, weights=batch.weights)
-    return TrainStep(batch, q=q, target=y, td=priority, loss=loss)
+    return TrainStep(batch, q=q, target=y, td_errors=priority, loss=loss)
 
 class SequenceQ(IterDataPipe):
     "Each `PrioritizedBatch` of sequences as a `TrainStep` (`sequence_step`) for `OptimizerStep`, `PriorityFeedback`."
@@ -175,22 +174,19 @@ class RecurrentLearner(Learner):
         self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs_dim, n_actions = discrete_env_dims(env_id)
         torch.manual_seed(seed)
-        model = RecurrentQNetwork(obs_dim, n_actions)
-        agent = RecurrentEpsilonGreedy(model, n_actions, start=eps_start, end=eps_end, decay_steps=eps_decay_steps,
+        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions), lr)
+        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=eps_start, end=eps_end, decay_steps=eps_decay_steps,
                                        seed=seed)
-        steps = self.act(model, agent, lr, env_id, seed)
+        steps = self.act(agent, env_id, seed)
         stored = recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
         self.replay = PrioritizedSequenceReplay(capacity=max_sz, alpha=alpha, beta=beta, epsilon=eps, seed=seed)
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every,
                                             burn_in=burn_in, warmup=warmup)
-        pipe = SequenceQ(self.sequences, self.model, self.target_model, burn_in, n_step, gamma, eta, stored,
-                         value_rescaling)
-        pipe = OptimizerStep(pipe, self.optimizer, max_grad_norm)
-        pipe = self.target_update = TargetUpdate(pipe, self.model, self.target_model, tau=tau)
-        pipe = PriorityFeedback(pipe, self.replay, per_id=True)
-        self.anneal = AnnealBeta(pipe, max(1, (total_steps - warmup) // train_every), buffer=self.replay)
-        self.pipe = TrainMetrics(self.anneal, self.explorer, buffer=self.replay)
+        losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, n_step, gamma, eta, stored,
+                           value_rescaling)
+        self.pipe = self.core.train(losses, self.explorer, self.replay, max_grad_norm, tau=tau, per_id=True,
+                                    updates=max(1, (total_steps - warmup) // train_every))
 
     # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
     def state_dict(self) -> dict:
@@ -207,12 +203,12 @@ class RecurrentLearner(Learner):
         keys, sequences = {'pending', 'items', 'carried'}, state.get('sequences') if isinstance(state, dict) else None
         if not isinstance(sequences, dict) or set(sequences) != keys:
             raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
-        super().check_state({k: v for k, v in state.items() if k != 'sequences'})
+        checked = super().check_state({k: v for k, v in state.items() if k != 'sequences'})
         try:
             pipe = self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
             self.agent.check_carried(sequences['carried'])
         except ValueError as e: raise ValueError(f"checkpoint {e}") from e
-        return dict(state, sequences=dict(pipe, carried=sequences['carried']))
+        return dict(checked, sequences=dict(pipe, carried=sequences['carried']))
 
     def assign(self, state:dict):
         "`Learner.assign`, then the open sequences and the carried state `check_state` passed."

@@ -15,7 +15,7 @@ import torch
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import QNetwork
-from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, td_errors, ray_get
+from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, batch_td_errors, ray_get
 from conftest import wait_for_saved_steps
 from test_cli import COMMAND, interrupt   # the single-process run's SIGINT test: start a long run, signal it once it has checkpointed
 
@@ -45,7 +45,7 @@ def test_actor_priorities_are_its_own_nstep_td_errors():
     result = actor.collect(net.state_dict(), 1, 64)
     assert result['version'] == 1 and result['steps'] == 64 == len(server.buffer)
     stored = server.buffer.memory[:]
-    expected = td_errors(net, stored, 0.9).abs().double() + server.buffer.eps
+    expected = batch_td_errors(net, stored, 0.9).abs().double() + server.buffer.eps
     np.testing.assert_allclose(server.buffer.priorities[:64], expected.numpy(), rtol=1e-5)
     assert {int(k) for k in stored.n_steps} <= {1, 2, 3} and 3 in set(stored.n_steps.tolist())
 

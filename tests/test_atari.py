@@ -166,6 +166,9 @@ def test_the_learner_and_the_command_name_the_extra_without_ale_py(monkeypatch, 
 
 
 @needs_ale
-def test_a_buffer_larger_than_the_machine_is_refused():
-    with pytest.raises(ValueError, match=r'a replay buffer of 100,000,000 transitions needs 7\d\d\.\d GB.*--buffer-size'):
+def test_a_buffer_larger_than_the_machine_is_refused(capsys, tmp_path):
+    with pytest.raises(ValueError, match=r'a replay buffer of 100,000,000 transitions needs 7\d\d\.\d GB.*`max_sz`'):
         Learner('ALE/Pong-v5', max_sz=100_000_000)
+    with pytest.raises(SystemExit) as e:   # the command names its flag
+        main(['train', '--env', 'ALE/Pong-v5', '--buffer-size', '100000000', '--out', str(tmp_path / 'run')])
+    assert e.value.code == 1 and 'choose a smaller --buffer-size' in capsys.readouterr().err

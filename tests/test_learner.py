@@ -160,7 +160,7 @@ def test_priorities_after_one_update_are_td_before_the_step():
     # the tree holds priority ** alpha of every slot
     np.testing.assert_allclose(per.buffer.tree[np.arange(n)], prios[:n] ** per.alpha, rtol=1e-9)
     # the feedback is what the loss stage computed before the optimiser step
-    np.testing.assert_allclose(ts.td.abs().numpy() + 1e-3, hand_priorities(ts.batch, online0, target0, 0.9, 1e-3), rtol=1e-5)
+    np.testing.assert_allclose(ts.td_errors.abs().numpy() + 1e-3, hand_priorities(ts.batch, online0, target0, 0.9, 1e-3), rtol=1e-5)
 
 
 def test_priorities_with_repeated_slots():
@@ -185,7 +185,7 @@ def test_priority_feedback_last_write_wins():
     per.add(random_steps(4))
     batch = per.sample(3)
     batch.idxs = torch.tensor([1, 2, 1])
-    ts = TrainStep(batch, td=torch.tensor([-5.0, 0.25, -0.5]))
+    ts = TrainStep(batch, td_errors=torch.tensor([-5.0, 0.25, -0.5]))
     assert list(PriorityFeedback(Inject(per, [ts]))) == [ts]
     np.testing.assert_allclose(per.buffer.priorities[:4], [1.0, 0.5 + 1e-2, 0.25 + 1e-2, 1.0])
     np.testing.assert_allclose(per.buffer.tree[np.arange(4)], per.buffer.priorities[:4] ** per.alpha)
@@ -203,11 +203,11 @@ def test_learner_update_priorities_by_hand():
     learner = Learner('CartPole-v1', seed=0, total_steps=1000, bs=16, max_sz=500, eps=1e-4, target_every=3, n_step=1)  # 1-step TD by hand
     learner.fit(60)  # 45 updates: priorities, the target network and max_priority have all moved
     for _ in range(3):  # one of these updates also copies the online network to the target network
-        online0, target0 = deepcopy(learner.model), deepcopy(learner.target_model)
+        online0, target0 = deepcopy(learner.model), deepcopy(learner.core.target_model)
         before = learner.replay.buffer.priorities.copy()
         max_before = learner.replay.max_priority
         learner.budget.grant(1) # one env step → one sampled batch → one update (what `iterate` does)
-        (ts,) = list(learner.anneal)  # the last stage before the metrics: the TrainStep itself
+        (ts,) = list(learner.core.anneal)  # the last stage before the metrics: the TrainStep itself
         n = len(learner.replay)
         before[n - 1] = max_before  # the new step entered at max_priority
         idxs = ts.batch.idxs.numpy()
@@ -249,8 +249,8 @@ def test_weighted_loss_gradient_by_hand():
     unweighted = np.zeros((2, 2))
     for i in range(3): unweighted[:, A[i]] += wts.mean() * np.clip(d[i], -1, 1) * S[i] / 3
     assert not np.allclose(unweighted, grad)
-    torch.testing.assert_close(ts.td, torch.tensor(y - q, dtype=torch.float32))
-    assert not ts.td.requires_grad
+    torch.testing.assert_close(ts.td_errors, torch.tensor(y - q, dtype=torch.float32))
+    assert not ts.td_errors.requires_grad
     assert target_net.w.grad is None
 
 
@@ -269,7 +269,7 @@ def test_target_network_gets_no_gradient():
 
     learner = Learner('CartPole-v1', seed=0, total_steps=500, bs=16, target_every=10)
     learner.fit(80)
-    assert all(not p.requires_grad and p.grad is None for p in learner.target_model.parameters())
+    assert all(not p.requires_grad and p.grad is None for p in learner.core.target_model.parameters())
     assert all(p.requires_grad for p in learner.model.parameters())
 
 
@@ -343,7 +343,7 @@ def test_uniform_replay_learner():
     assert all(r['beta'] == 1.0 for r in rows)
     assert all(np.isfinite(r['loss']) for r in rows)
     assert [r['frame'] for r in rows] == list(range(16, 101))
-    assert type(learner.replay) is ExperienceReplay and learner.anneal is None
+    assert type(learner.replay) is ExperienceReplay and learner.core.anneal is None
     with pytest.raises(LookupError): find_upstream(learner.pipe, PrioritizedExperienceReplay)
     from torch.utils.data.graph import traverse_dps
     def stages(graph):
@@ -567,7 +567,7 @@ def test_n_step_transitions_reach_the_buffer_and_the_targets():
 def test_dueling_head_is_used_and_trains():
     from fastrl_per.dqn import DuelingHead
     learner = Learner('CartPole-v1', seed=0, total_steps=300, dueling=True)
-    assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.target_model[-1], DuelingHead)
+    assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.core.target_model[-1], DuelingHead)
     rows = learner.fit(300)
     assert all(np.isfinite(r['loss']) for r in rows)
 
@@ -588,7 +588,7 @@ def test_update_cadence(kw, updates):
 
 def test_device_is_checked_and_cpu_works():
     learner = Learner('CartPole-v1', seed=0, total_steps=200, device='cpu')
-    assert learner.device == torch.device('cpu') and len(learner.fit(200)) > 0
+    assert learner.core.device == torch.device('cpu') and len(learner.fit(200)) > 0
     with pytest.raises(ValueError, match="'gpu0'"): Learner('CartPole-v1', device='gpu0')
 
 
@@ -601,7 +601,7 @@ def test_beta_reaches_one_with_n_step_returns():
 def test_layer_norm_is_the_default_and_can_be_turned_off(tmp_path):
     "Default: LayerNorm before each hidden ReLU, in the online and the target network; layer_norm=False is the seed notebook's MLP, through the command too."
     learner = Learner('CartPole-v1', seed=0, total_steps=300)
-    for net in (learner.model, learner.target_model):
+    for net in (learner.model, learner.core.target_model):
         assert [type(m) for m in net] == [nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear]
     plain = Learner('CartPole-v1', seed=0, total_steps=300, layer_norm=False)
     assert [type(m) for m in plain.model] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]

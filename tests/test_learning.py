@@ -12,7 +12,7 @@ from fastrl_per.learner import Learner
 ROOT = Path(__file__).parent.parent
 
 
-def lr(learner): return learner.optimizer.param_groups[0]['lr']
+def lr(learner): return learner.core.optimizer.param_groups[0]['lr']
 
 
 def test_lr_moves_linearly_to_lr_end_over_total_steps_then_stays():

@@ -40,8 +40,8 @@ PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_en
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
     assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 5_000_000
-    assert learner.target_update.every == 1_000 and learner.target_update.tau is None   # hard copies
-    assert isinstance(learner.optimizer, torch.optim.Adam) and learner.optimizer.param_groups[0]['lr'] == 2.5e-4
+    assert learner.core.target_update.every == 1_000 and learner.core.target_update.tau is None   # hard copies
+    assert isinstance(learner.core.optimizer, torch.optim.Adam) and learner.core.optimizer.param_groups[0]['lr'] == 2.5e-4
 
 
 def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():

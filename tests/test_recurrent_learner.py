@@ -65,7 +65,7 @@ def test_padded_steps_past_an_episodes_end_change_nothing(one_thread):
     other = PrioritizedBatch(SimpleStep.from_fields(noisy), batch.indices, batch.weights, batch.mask)
     a, b = sequence_step(batch, net, net, 2, 3, 0.99), sequence_step(other, net, net, 2, 3, 0.99)
     train = batch.mask[:, 2:]
-    assert torch.allclose(a.loss, b.loss) and torch.allclose(a.td, b.td)
+    assert torch.allclose(a.loss, b.loss) and torch.allclose(a.td_errors, b.td_errors)
     assert torch.allclose(a.target[train], b.target[train])
 
 
@@ -77,7 +77,7 @@ def test_sequence_priority_mixes_max_and_mean_of_the_trained_steps(one_thread, e
     train = batch.mask[:, 2:]
     for i in range(32):
         delta = (ts.target[i] - ts.q[i].detach())[train[i]].abs()
-        assert ts.td[i] == pytest.approx(float(eta * delta.max() + (1 - eta) * delta.mean()), rel=1e-5, abs=1e-6)
+        assert ts.td_errors[i] == pytest.approx(float(eta * delta.max() + (1 - eta) * delta.mean()), rel=1e-5, abs=1e-6)
 
 
 def test_priorities_reach_the_episodes_ids(one_thread):
