@@ -373,8 +373,8 @@ class DQNCore(Stateful):
     def __init__(self,
                  model:nn.Module, # the online Q-network; moved to `device`
                  lr:float, # Adam learning rate
-                 device:str|torch.device='cpu'): # where the networks train (`pick_device`'s names, or a device)
-        self.device = device if isinstance(device, torch.device) else pick_device(device)
+                 device:str='cpu'): # where the networks train: 'auto', 'cpu', 'cuda', 'cuda:N' (`pick_device`)
+        self.device = pick_device(device)
         self.model = model.to(self.device)
         self.target_model = deepcopy(self.model).requires_grad_(False)
         self.optimizer = adam(self.model, lr)
@@ -413,9 +413,10 @@ class DQNCore(Stateful):
                     optimizer=self.optimizer.state_dict(), updates=self.updates)
 
     def check_state(self, state:dict) -> dict:
-        ("`state` (the keys of `state_dict()` in a checkpoint) if it loads: the networks and optimiser are tried on "
-         "copies, so one that does not fit raises and this core is as it was.")
-        check_keys('checkpoint', state, {'model', 'target_model', 'optimizer', 'updates'})
+        ("The keys of `state_dict()` from `state` (a checkpoint) if they load: the networks and optimiser are tried "
+         "on copies, so one that does not fit raises and this core is as it was.")
+        keys = ('model', 'target_model', 'optimizer', 'updates')
+        check_keys('checkpoint', state, keys)
         model, target_model, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
         try:
             model.load_state_dict(state['model']); target_model.load_state_dict(state['target_model'])
@@ -423,7 +424,7 @@ class DQNCore(Stateful):
         except (RuntimeError, KeyError, ValueError, TypeError) as e:
             raise ValueError(f"checkpoint networks do not fit: {e}") from e
         check_int('checkpoint updates', state['updates'], low=0)
-        return state
+        return {k: state[k] for k in keys}
 
     def assign(self, state:dict):
         "Take over the networks, the optimiser and the update count of a state `check_state` passed."
