@@ -12,10 +12,10 @@ Run from the repository root (the minatar extra: `.venv/bin/pip install -e '.[mi
 0.1 and difficulty ramping) with random actions, resetting at each episode's end: what any agent pays per step.
 
 **The training pipeline.** `Learner('MinAtar/<game>-v1', replay=...)` with the command's MinAtar defaults
-(`id_defaults`: the MinAtar paper's one update of a batch of 32 per env step, plain one-step DQN targets, hard
-target copies every 1,000 updates, `MinAtarQNetwork`, no gradient clipping, Adam at 2.5e-4; bool grids in the ring)
-except for a short run's numbers, given to both sides: a `--warmup` of 500 and epsilon already at its end value 0.1 (the network acts on
-nine steps in ten, as through most of a run). The hand-written loop (`HandLoop`, cleanrl style) does the same work
+(`id_defaults`: Revisiting Rainbow's update of a batch of 32 every 4 env steps, plain one-step DQN targets, hard
+target copies every 250 updates, `MinAtarQNetwork`, no gradient clipping, Adam at 2.5e-4; bool grids in the ring)
+except for a short run's numbers, given to both sides: a `--warmup` of 500 and epsilon already at its end value 0.01 (the network acts on
+99 steps in 100, as through most of a run). The hand-written loop (`HandLoop`, cleanrl style) does the same work
 with the same parts in one plain loop: `EnvRun`, `EpsilonGreedy`, the `PrioritizedReplayBuffer` or `ReplayBuffer`
 core, the same network, the target max_a Q_target(s', a), importance-weighted smooth L1 loss, fused `adam`, the hard
 target copy, and for prioritized replay the priority update and beta annealed over the updates the Learner plans.
@@ -25,7 +25,7 @@ asserts identical metric rows (loss, epsilon, beta, weight, frame) and episode r
 Each timed run starts a fresh pipeline and loop, steps each `--warmup` env steps untimed, then times `--frames` env
 steps of each in alternating turns of `--block` (pipeline, loop, loop, pipeline, ...), so both see the same load; the
 ratio is taken within each run and the median over `--runs` is reported. torch runs on one thread. "CPU ms per
-update" is CPU time over updates, with one update per env step: it includes the env step and the acting.
+env step" is CPU time over the timed env steps: the env step, the acting, and a quarter of an update.
 """
 from __future__ import annotations
 import argparse, shlex, statistics, sys, time
@@ -77,7 +77,7 @@ def settings(env_id: str, total_steps: int, warmup: int, target_every: int | Non
 class HandLoop(EnvSteps):
     "DQN on a MinAtar game as one plain loop (cleanrl style): the same work as `Learner`, prioritized or uniform."
     def __init__(self, env_id: str, replay: str, seed: int, c: dict):
-        assert c['n_step'] == 1 and not c['double'] and c['max_grad_norm'] is None and c['train_every'] == 1
+        assert c['n_step'] == 1 and not c['double'] and c['max_grad_norm'] is None and c['gradient_steps'] == 1
         self.c, self.per = c, replay == 'per'
         obs, n_actions = discrete_env_dims(env_id, images=True)
         torch.manual_seed(seed)
@@ -91,15 +91,16 @@ class HandLoop(EnvSteps):
             self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=alpha, beta=beta, eps=c['eps'],
                                                seed=seed)
         else: self.buf = ReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], seed=seed)
-        self.updates = 0
+        self.updates = self.items = 0
         self.start = max(c['bs'], c['warmup'])   # transitions stored before the first update
-        self.planned = c['total_steps'] - self.start + 1   # updates in the run, as the Learner plans beta
+        self.planned = (c['total_steps'] - self.start) // c['train_every'] + 1   # as the Learner plans beta
 
     def fit(self, steps: int) -> list[dict]:
         rows = []
         for step in self.transitions(steps):
             self.buf.add(step)
-            if len(self.buf) >= self.start: rows.append(self.update())
+            self.items += 1
+            if self.items % self.c['train_every'] == 0 and len(self.buf) >= self.start: rows.append(self.update())
         return rows
 
     def update(self) -> dict:
@@ -129,21 +130,21 @@ def check_same_work(env_id: str, replay: str, seed: int, frames: int = CHECK_STE
     c = settings(env_id, frames, warmup, target_every=10)   # hard target copies within the check
     a, b = pipeline(env_id, replay, seed, c), HandLoop(env_id, replay, seed, c)
     ra, rb = a.fit(frames), b.fit(frames)
-    assert len(ra) == len(rb) == frames - warmup + 1, (len(ra), len(rb))
+    assert len(ra) == len(rb) == frames // c['train_every'] - warmup // c['train_every'] + 1, (len(ra), len(rb))
     for x, y in zip(ra, rb): assert x == y, (x, y)
     assert a.episodes.returns == b.returns
     return len(ra)
 
 
 def timed_pair(env_id: str, replay: str, seed: int, c: dict, warmup: int, frames: int, block: int) -> dict:
-    """(env steps/s wall, CPU ms per update) of `frames` timed env steps for a fresh pipeline and a fresh loop, each
+    """(env steps/s wall, CPU ms per env step) of `frames` timed env steps for a fresh pipeline and a fresh loop, each
     stepped `warmup` env steps first; turns of `block` env steps alternate."""
     learners = dict(pipeline=pipeline(env_id, replay, seed, c), loop=HandLoop(env_id, replay, seed, c))
     for l in learners.values(): l.fit(warmup)
     spent = alternate({k: l.fit for k, l in learners.items()}, frames, block)
     assert learners['pipeline'].episodes.env_steps == learners['loop'].frames == warmup + frames
-    assert spent['pipeline'][2] == spent['loop'][2] == frames, spent   # one update per env step on both sides
-    return {k: (frames / w, cpu * 1000 / n) for k, (w, cpu, n) in spent.items()}
+    assert spent['pipeline'][2] == spent['loop'][2] > 0, spent   # the same updates on both sides
+    return {k: (frames / w, cpu * 1000 / frames) for k, (w, cpu, n) in spent.items()}
 
 
 def main(argv=None):
@@ -165,8 +166,8 @@ def main(argv=None):
         p.error('need frames, runs, block, env-steps >= 1, warmup >= 32')
     torch.set_num_threads(1)
     print(f"command: `{shlex.join([sys.executable, *sys.argv])}`\n")
-    print(f"torch {torch.__version__} on one thread, CPU; MinAtar defaults (an update of 32 per env step, target copy "
-          f"every 1,000 updates) with warm-up {a.warmup} and epsilon 0.1; {a.frames:,} timed env steps per run after "
+    print(f"torch {torch.__version__} on one thread, CPU; MinAtar defaults (an update of 32 every 4 env steps, target "
+          f"copy every 250 updates) with warm-up {a.warmup} and epsilon 0.01; {a.frames:,} timed env steps per run after "
           f"{a.warmup} untimed, in turns of {a.block}; runs: {a.runs}\n")
     rows = []
     for game in a.games:
@@ -182,13 +183,13 @@ def main(argv=None):
                   f"{', '.join(f'{x:.3f}' for x in ratios)}", flush=True)
             rows.append((env_id, replay, alone, med('pipeline', 0), med('pipeline', 1), med('loop', 0), med('loop', 1),
                          statistics.median(ratios)))
-    print(f"\n| game | replay | env step alone, µs | pipeline env steps/s | pipeline CPU ms / update | "
+    print(f"\n| game | replay | env step alone, µs | pipeline env steps/s | pipeline CPU ms / env step | "
           f"loop env steps/s | "
-          f"loop CPU ms / update | pipeline / loop (time per env step) |")
+          f"loop CPU ms / env step | pipeline / loop (time per env step) |")
     print('|---|---|--:|--:|--:|--:|--:|--:|')
     for env_id, replay, alone, ps, pc, ls, lc, ratio in rows:
         print(f"| {env_id} | {replay} | {alone:.1f} | {ps:.0f} | {pc:.2f} | {ls:.0f} | {lc:.2f} | **{ratio:.3f}×** |")
-    print('\n| game | prioritized / uniform, pipeline CPU per update | prioritized / uniform, loop |')
+    print('\n| game | prioritized / uniform, pipeline CPU per env step | prioritized / uniform, loop |')
     print('|---|--:|--:|')
     for per, uni in zip(rows[::2], rows[1::2]):
         print(f"| {per[0]} | {per[4] / uni[4]:.3f}× | {per[6] / uni[6]:.3f}× |")

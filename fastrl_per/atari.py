@@ -112,8 +112,8 @@ def atari_defaults(total_steps:int|None=None) -> dict:
     return capped_defaults(ATARI_DEFAULTS, total_steps)
 
 # %% ../nbs/02c_atari.ipynb #2ee9fa6c
-MINATAR_DEFAULTS = dict(total_steps=5_000_000, max_sz=100_000, bs=32, train_every=1, gradient_steps=1,
-                        target_every=1_000, warmup=5_000, eps_start=1.0, eps_end=0.1, eps_decay_steps=100_000,
+MINATAR_DEFAULTS = dict(total_steps=1_000_000, max_sz=100_000, bs=32, train_every=4, gradient_steps=1,
+                        target_every=250, warmup=1_000, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000,
                         lr=2.5e-4, gamma=0.99, double=False, n_step=1, max_grad_norm=None)
 
 ID_DEFAULTS = {'ALE ids': ATARI_DEFAULTS, 'MinAtar ids': MINATAR_DEFAULTS}   # the tables, by the ids they serve
@@ -127,6 +127,6 @@ def defaults_source(env_id) -> str|None:
     "Where the defaults `id_defaults` gives `env_id` come from, and how they deviate from it; None for other ids."
     if is_atari(env_id): return "ALE ids: DQN and prioritized-replay settings of Mnih et al. 2015, Schaul et al. 2016"
     if is_minatar(env_id):
-        return ("MinAtar ids: DQN settings of Young & Tian 2019 (examples/dqn.py), except Adam for its centred RMSProp "
-                "and epsilon decaying from env step 0 (its code: from step 5,000)")
+        return ("MinAtar ids: DQN settings of Revisiting Rainbow (Obando-Ceron & Castro 2021, Dopamine), 1,000,000 env "
+                "steps, except Adam's epsilon 1e-8 (its: 3.125e-4) and epsilon decaying from env step 0 (its: 1,000)")
     return None

@@ -98,9 +98,9 @@ EXIT_CODES = """exit codes:
 
 ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings "
               "(Mnih et al. 2015, Schaul et al. 2016; 'ALE ids' below) for every flag not given; a MinAtar/... id "
-              "(the minatar extra) the MinAtar paper's DQN settings (Young & Tian 2019; 'MinAtar ids' below), "
-              "except Adam for its centred RMSProp and epsilon decaying from step 0, not 5,000. Either way "
-              "--buffer-size is at most --steps and --warmup at most a quarter of it.")
+              "(the minatar extra) the DQN settings Revisiting Rainbow used on MinAtar (Obando-Ceron & Castro 2021, "
+              "an update every 4 env steps; 'MinAtar ids' below), except Adam's epsilon and epsilon decaying from "
+              "step 0. Either way --buffer-size is at most --steps and --warmup at most a quarter of it.")
 
 def commands() -> dict:
     "The subcommands of `fastrl_per`: name → (function, what it does, example invocations)."

@@ -31,24 +31,25 @@ def test_learner_stores_bool_grids_and_uses_the_minatar_network():
     assert np.isfinite([r['loss'] for r in rows]).all()
 
 
-# Young & Tian 2019, examples/dqn.py: the settings a MinAtar run resolves to (Adam for its RMSProp; see nbs/02c_atari)
-PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.1, eps_decay_steps=100_000,
-             warmup=5_000, target_every=1_000, train_every=1, gradient_steps=1, double=False, n_step=1,
+# Revisiting Rainbow (Obando-Ceron & Castro 2021), Configs/dqn_*.gin and Dopamine's JaxDQNAgent defaults: the settings a
+# MinAtar run resolves to (target_update_period 1,000 env steps = 250 updates of one per 4 steps; see nbs/02c_atari)
+PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000,
+             warmup=1_000, target_every=250, train_every=4, gradient_steps=1, double=False, n_step=1,
              max_grad_norm=None)
 
 
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
-    assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 5_000_000
-    assert learner.core.target_update.every == 1_000 and learner.core.target_update.tau is None   # hard copies
+    assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 1_000_000
+    assert learner.core.target_update.every == 250 and learner.core.target_update.tau is None   # hard copies
     assert isinstance(learner.core.optimizer, torch.optim.Adam) and learner.core.optimizer.param_groups[0]['lr'] == 2.5e-4
 
 
 def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():
-    config = new_learner('mlp', env_id='MinAtar/Breakout-v1', total_steps=8_000, train_every=4, double=True,
+    config = new_learner('mlp', env_id='MinAtar/Breakout-v1', total_steps=2_000, train_every=1, double=True,
                          replay='uniform').config
-    assert (config['train_every'], config['double'], config['replay']) == (4, True, 'uniform')
-    assert (config['max_sz'], config['warmup'], config['target_every']) == (8_000, 2_000, 1_000)
+    assert (config['train_every'], config['double'], config['replay']) == (1, True, 'uniform')
+    assert (config['max_sz'], config['warmup'], config['target_every']) == (2_000, 500, 250)
     assert new_learner('mlp', env_id='CartPole-v1').config['lr'] == 5e-4     # other ids keep the learner's own defaults
 
 
@@ -58,7 +59,7 @@ def test_train_and_evaluate_end_to_end(tmp_path):
     assert (out / 'best.pt').exists() and (out / 'checkpoint.pt').exists(), done.stdout
     manifest = json.loads((out / 'run.json').read_text())
     assert {k: manifest['config'][k] for k in ('lr', 'target_every', 'double', 'max_sz', 'warmup')} == dict(
-        lr=2.5e-4, target_every=1_000, double=False, max_sz=2_000, warmup=500)
-    assert 'Young & Tian 2019' in manifest['defaults'] and 'Adam' in manifest['defaults']
+        lr=2.5e-4, target_every=250, double=False, max_sz=2_000, warmup=500)
+    assert 'Revisiting Rainbow' in manifest['defaults'] and 'Adam' in manifest['defaults']
     shown = run('evaluate', out, '--episodes', 2, check=0, timeout=300)
     assert 'MinAtar/Breakout-v1' in shown.stdout or 'return' in shown.stdout, shown.stdout
