@@ -411,6 +411,7 @@ class ReplayBuffer(BufferCore):
         super().__init__()
         self.bs, self.storage, self.rng = bs, storage, np.random.default_rng(seed)
         self._unhooked = 0  # single steps written since `_written` last ran
+        self._drawn = (None, None)  # the last batch's `idxs` as handed out, and the same slots as a host int64 array
 
     @property
     def max_sz(self): return self.storage.max_sz
@@ -481,9 +482,12 @@ class ReplayBuffer(BufferCore):
             if self._unhooked: self.flush()
             idxs, weights = self._draw(bs)
             batch = self.storage.gather(idxs)
-        batch.idxs, batch.weights = torch.from_numpy(idxs.astype(np.int64, copy=False)), torch.from_numpy(weights)
-        copy = None if device is None else copier(device)
-        return batch if copy is None else batch._map(copy)
+        slots = idxs.astype(np.int64, copy=False)
+        batch.idxs, batch.weights = torch.from_numpy(slots), torch.from_numpy(weights)
+        copy = None if device is None else copier(device)   # None too for the host
+        if copy is not None: batch = batch._map(copy)
+        self._drawn = (batch.idxs, slots)   # handed back to `update_priorities`, it needs no copy to the host
+        return batch
 
     @locked
     def state_dict(self) -> dict:

@@ -59,7 +59,8 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
         ("Store `|td| + eps` as the priority of each slot in `idxs` "
          "(the last of repeated slots wins; stale updates are dropped).")
         with self.lock:   # held here rather than by @locked, as in `sample`
-            idxs, td = feedback_arrays(idxs, td_errors, stored=self.storage.sz, column=True)
+            drawn, slots = self._drawn   # the last batch's idxs come back: their host copy, even from a GPU
+            idxs, td = feedback_arrays(slots if idxs is drawn else idxs, td_errors, stored=self.storage.sz, column=True)
             if self._unhooked: self.flush()
             self._core.update(idxs, td)
 
