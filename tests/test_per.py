@@ -222,6 +222,19 @@ def test_update_priorities_last_repeat_wins_and_others_untouched():
     assert chi_square(counts, probs) < CHI2_7DF_P001
 
 
+def test_handed_back_idxs_update_as_a_copy_of_them_does():
+    "The last batch's own `idxs` tensor (read without conversion) and a copy of it (converted) land the same."
+    a, b = per_buffer(8, seed=3), per_buffer(8, seed=3)
+    first_a, first_b = a.sample(4), b.sample(4)
+    second_a, second_b = a.sample(4), b.sample(4)
+    td = torch.tensor([0.5, -2.0, 0.25, 3.0])
+    a.update_priorities(second_a.idxs, td); b.update_priorities(second_b.idxs.clone(), td)
+    a.update_priorities(first_a.idxs, td / 2); b.update_priorities(first_b.idxs.clone(), td / 2)   # not the last
+    np.testing.assert_array_equal(a.priorities, b.priorities)
+    second_a.idxs[0] = 7   # the handed-out tensor shares its slots: an edit in place is what is read back
+    a.update_priorities(second_a.idxs, td)
+    assert a.priorities[7] == 0.5 + EPS
+
 def test_max_priority_only_grows():
     buf = per_buffer(8, seed=0)
     assert buf.max_priority == 1.0
