@@ -55,11 +55,12 @@ def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():
 
 def test_train_and_evaluate_end_to_end(tmp_path):
     out = tmp_path / 'breakout'
-    done = run('train', '--env', 'MinAtar/Breakout-v1', '--steps', 2000, '--out', out, '--no-progress', check=0, timeout=600)
+    done = run('train', '--env', 'MinAtar/Breakout-v1', '--steps', 20_000, '--out', out, '--no-progress', check=0,
+               timeout=900)   # the command: a short run at every other default
     assert (out / 'best.pt').exists() and (out / 'checkpoint.pt').exists(), done.stdout
     manifest = json.loads((out / 'run.json').read_text())
     assert {k: manifest['config'][k] for k in ('lr', 'target_every', 'double', 'max_sz', 'warmup')} == dict(
-        lr=2.5e-4, target_every=250, double=False, max_sz=2_000, warmup=500)
+        lr=2.5e-4, target_every=250, double=False, max_sz=20_000, warmup=1_000)
     assert 'Revisiting Rainbow' in manifest['defaults'] and 'Adam' in manifest['defaults']
     shown = run('evaluate', out, '--episodes', 2, check=0, timeout=300)
     assert 'MinAtar/Breakout-v1' in shown.stdout or 'return' in shown.stdout, shown.stdout
