@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from functools import partial
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
 import torch
@@ -17,7 +18,8 @@ from .checks import check_int
 # %% auto #0
 __all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'has_prefix', 'import_extra',
            'is_atari', 'register_atari', 'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env',
-           'make_env', 'SignRewards', 'capped_defaults', 'atari_defaults', 'id_defaults', 'defaults_source']
+           'MinAtarFrames', 'make_env', 'SignRewards', 'capped_defaults', 'atari_defaults', 'id_defaults',
+           'defaults_source']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
 ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
@@ -82,11 +84,25 @@ def make_atari_vector_env(env_id:str, # an `ALE/...` id
     return SyncVectorEnv([partial(make_atari_env, env_id, **kwargs)] * nenvs, autoreset_mode=AutoresetMode.NEXT_STEP)
 
 # %% ../nbs/02c_atari.ipynb #9870d38f
+class MinAtarFrames(gym.Wrapper):
+    ("A MinAtar env whose `rgb_array` frames are what a video encoder takes: uint8 and `scale` times larger (the game "
+     "draws 10×10 floats in [0, 1], which an encoder turns black).")
+    def __init__(self, env:gym.Env, scale:int=16, fps:int=15):
+        super().__init__(env)
+        self.scale, self.metadata = check_int('scale', scale), {**env.metadata, 'render_fps': fps}
+
+    def render(self):
+        frame = np.rint(np.asarray(self.env.render()) * 255).astype(np.uint8)
+        return frame.repeat(self.scale, axis=0).repeat(self.scale, axis=1)
+
 def make_env(env_id:str, **kwargs) -> gym.Env:
     ("The env an id trains and evaluates on: `make_atari_env(env_id, **kwargs)` for an `ALE/...` id, "
-     "else `gym.make(env_id, **kwargs)`.")
-    if is_minatar(env_id): register_minatar()   # gymnasium does not load the minatar package itself
-    return make_atari_env(env_id, **kwargs) if is_atari(env_id) else gym.make(env_id, **kwargs)
+     "else `gym.make(env_id, **kwargs)` (a MinAtar one drawing video frames in `MinAtarFrames`).")
+    if is_atari(env_id): return make_atari_env(env_id, **kwargs)
+    if not is_minatar(env_id): return gym.make(env_id, **kwargs)
+    register_minatar()   # gymnasium does not load the minatar package itself
+    env = gym.make(env_id, **kwargs)
+    return MinAtarFrames(env) if kwargs.get('render_mode') == 'rgb_array' else env
 
 # %% ../nbs/02c_atari.ipynb #5f8e0af2
 class SignRewards(IterDataPipe):

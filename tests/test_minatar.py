@@ -1,6 +1,6 @@
 """MinAtar through the library (the minatar extra): the ids register, the grids are stored as bools, the MinAtar
-network learns in the pipeline, a run takes the MinAtar paper's DQN settings for the flags it is not given, and
-`fastrl_per train` / `evaluate` run end to end."""
+network learns in the pipeline, a run takes Revisiting Rainbow's DQN settings for the flags it is not given, and
+`fastrl_per train` / `evaluate` (with its video) run end to end."""
 
 import json
 import numpy as np
@@ -63,4 +63,8 @@ def test_train_and_evaluate_end_to_end(tmp_path):
         lr=2.5e-4, target_every=250, double=False, max_sz=20_000, warmup=1_000)
     assert 'Revisiting Rainbow' in manifest['defaults'] and 'Adam' in manifest['defaults']
     shown = run('evaluate', out, '--episodes', 2, check=0, timeout=300)
-    assert 'MinAtar/Breakout-v1' in shown.stdout or 'return' in shown.stdout, shown.stdout
+    assert 'mean return over 2 greedy episodes' in shown.stdout, shown.stdout
+    filmed = run('evaluate', out, '--episodes', 1, '--video', check=0, timeout=300)
+    iio = pytest.importorskip('imageio.v3')
+    frames = iio.imread(out / 'videos' / 'greedy-seed10000-episode-0.mp4')
+    assert frames.shape[1:] == (160, 160, 3) and frames.max() > 100, (frames.shape, frames.max(), filmed.stdout)
