@@ -9,6 +9,7 @@ import os
 import numpy as np
 import torch
 import torch.nn as nn
+from fastcore.meta import delegates
 from .core import SimpleStep
 from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
@@ -17,6 +18,7 @@ from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import dqn_args, learner_config
 from .state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION
 from .checks import check_int, check_number
@@ -308,29 +310,20 @@ def check_apex_args(a:dict):
 class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
+    @delegates(dqn_args)
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  actors:int=2, # env-stepping actors
-                 seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=64, # batch size
-                 max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
-                 gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
-                 eps:float=1e-6, # added to |TD error|
                  tau:float=0.02, # soft target update rate per update
-                 double:bool=True, # double DQN targets
-                 eps_start:float=1.0, # every actor's exploration at its start
                  eps_end:float=0.01, # a single actor's exploration after the decay
                  eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
                  epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
-                 hidden:int=128, # hidden units of the Q-network
-                 layer_norm:bool=True, # LayerNorm in each hidden layer of the Q-network
-                 max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
-                 n_step:int=3, # rewards summed per transition (n-step returns), 3 as in Ape-X
                  envs:int=1, # env copies per actor
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
@@ -346,12 +339,13 @@ class ApexRun(Stateful):
                  num_cpus:float|None=None,
                  actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
                  replay_cpus:float=0., # CPUs each replay shard asks Ray for
-                 replay_node:str|None=None): # Ray node id of the replay shards (default: the learner's node)
-        args = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+                 replay_node:str|None=None, # Ray node id of the replay shards (default: the learner's node)
+                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
+        args = learner_config(ApexRun.__init__, locals())
         self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
         self.deployment = {k: args[k] for k in DEPLOYMENT}
         check_apex_args(args)
-        self.capacity = shard_capacity(max_sz, replay_shards)
+        self.capacity = shard_capacity(args['max_sz'], replay_shards)
         self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         self.build_networks()
@@ -359,7 +353,7 @@ class ApexRun(Stateful):
         self.episodes = EpisodeReturns(())
         self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards)
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
-        self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
+        self.shard_rng = np.random.default_rng(args['seed'])   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
         self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
         self.assemble()
