@@ -29,11 +29,11 @@ __all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'ReplayServer', 're
            'check_apex_args', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
-def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
-    "The exploration rate of each of `n` actors: eps ** (1 + alpha * i / (n - 1)); eps for one actor."
-    check_int('actors', n); check_number('eps', eps); check_number('alpha', alpha)
-    if eps > 1: raise ValueError(f"eps must be a probability in [0, 1], got {eps!r}")
-    return [eps] if n == 1 else [eps ** (1 + alpha * i / (n - 1)) for i in range(n)]
+def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
+    "The exploration rate of each of `n` actors: eps_base ** (1 + alpha * i / (n - 1)); eps_base for one actor."
+    check_int('actors', n); check_number('eps_base', eps_base); check_number('alpha', alpha)
+    if eps_base > 1: raise ValueError(f"eps_base must be a probability in [0, 1], got {eps_base!r}")
+    return [eps_base] if n == 1 else [eps_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
 
 # %% ../nbs/13_apex.ipynb #66071c22
 def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
@@ -147,7 +147,7 @@ class ApexActor:
                  env_id:str,
                  # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  replay,
-                 epsilon:float, # this actor's exploration rate after its decay
+                 eps_end:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
                  n:int=3, # steps of each n-step return
@@ -155,15 +155,15 @@ class ApexActor:
                  hidden:int=128, # hidden units of the Q-network
                  layer_norm:bool=True, # LayerNorm in its hidden layers, as the learner's network
                  timeout:float=60., # seconds to wait for the replay
-                 eps_start:float|None=None, # exploration at its first step; None: `epsilon` throughout
-                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
+                 eps_start:float|None=None, # exploration at its first step; None: `eps_end` throughout
+                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `eps_end`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
         self.gamma, self.timeout = check_gamma(gamma), timeout
-        start = epsilon if eps_start is None else eps_start
+        start = eps_end if eps_start is None else eps_start
         net = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
-        self.policy = PolicyCopy(net, n_actions, start, epsilon, decay_steps, seed=seed)
+        self.policy = PolicyCopy(net, n_actions, start, eps_end, decay_steps, seed=seed)
         self.policy.agent.advance_to(steps)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
@@ -297,7 +297,7 @@ DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')
 
 def check_apex_args(a:dict):
     "A `ValueError` naming the first of `ApexRun`'s arguments `a` (by name) that is out of its range."
-    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'envs', 'eps_decay_steps',
+    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'nenvs', 'eps_decay_steps',
               'batches_per_call'): check_int(k, a[k])
     check_int('max_restarts', a['max_restarts'], low=0); check_number('replay_ratio', a['replay_ratio'], low_ok=False)
     check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma'])
@@ -323,8 +323,9 @@ class ApexRun(Stateful):
                  tau:float=0.02, # soft target update rate per update
                  eps_end:float=0.01, # a single actor's exploration after the decay
                  eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
-                 epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
-                 envs:int=1, # env copies per actor
+                 # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
+                 eps_base:float=0.4,
+                 nenvs:int=1, # env copies per actor
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
                  replay_ratio:float=1., # at most this many updates per env step
@@ -346,7 +347,7 @@ class ApexRun(Stateful):
         self.deployment = {k: args[k] for k in DEPLOYMENT}
         check_apex_args(args)
         self.capacity = shard_capacity(args['max_sz'], replay_shards)
-        self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
+        self.epsilons = apex_epsilons(actors, eps_base) if actors > 1 else [eps_end]
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
@@ -433,7 +434,7 @@ class ApexRun(Stateful):
         turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
         base = c['seed'] + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
         self.actors = [actor_class.remote(c['env_id'], turn(i), e, base + 1_000 * (i + 1),
-                                          c['envs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
+                                          c['nenvs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
                                           self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]

@@ -37,7 +37,7 @@ def physical_memory() -> int:
     "Bytes of memory this machine has."
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
-CHECKPOINT_VERSION = 4
+CHECKPOINT_VERSION = 5
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
 
@@ -49,7 +49,7 @@ def check_learner_args(c:dict):
         raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
     if c['collector'] not in (None, 'process', 'thread'):
         raise ValueError(f"collector must be 'process' or 'thread', got {c['collector']!r}")
-    for name in ('publish_every', 'total_steps', 'n_step', 'envs', 'max_sz', 'bs'): check_int(name, c[name])
+    for name in ('publish_every', 'total_steps', 'n_step', 'nenvs', 'max_sz', 'bs'): check_int(name, c[name])
     # a negative norm would flip the gradients
     if c['max_grad_norm'] is not None: check_number('max_grad_norm', c['max_grad_norm'], low_ok=False)
 
@@ -110,7 +110,7 @@ class Learner(Stateful):
                  tau:float|None=0.01, # soft target update rate per update
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
                  dueling:bool=False, # a value + advantage head on the Q-network
-                 envs:int=1, # sub-envs stepped together
+                 nenvs:int=1, # sub-envs stepped together
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
                  warmup:int|None=None, # transitions stored before the first update; none: bs
@@ -128,13 +128,13 @@ class Learner(Stateful):
         torch.manual_seed(c['seed'])
         self.core = DQNCore(q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm']), lr, device)
         agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], eps_decay_steps, seed=c['seed'])
-        steps = self.act(agent, env_id, c['seed'], envs, collector)
+        steps = self.act(agent, env_id, c['seed'], nenvs, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
         if c['n_step'] > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, c['n_step'], c['gamma'], keep_open=True)
         self.replay = make_replay(steps, replay, frames, c['max_sz'], bs, c['seed'], c['alpha'], c['beta'], c['eps'],
                                   prioritization, every=train_every, repeats=gradient_steps, warmup=warmup)
-        stored = total_steps - (c['n_step'] - 1) * envs   # an n-step window still open at the end has not been stored
+        stored = total_steps - (c['n_step'] - 1) * nenvs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
         self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
                                     c['max_grad_norm'], target_every=target_every, tau=None if target_every else tau,
@@ -159,22 +159,22 @@ class Learner(Stateful):
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
-    def act(self, agent, env_id:str, seed:int, envs:int=1, collector:str|None=None):
+    def act(self, agent, env_id:str, seed:int, nenvs:int=1, collector:str|None=None):
         ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
          "counting episode returns.")
         self.agent = agent
         # explorer: the agent whose exploration the metrics and checkpoints follow
-        self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent
+        self.budget, self.nenvs, self.explorer = StepBudget(), nenvs, agent
         if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the evaluations
-            self.collector = AsyncCollector(env_id, self.model, seed, envs, agent.start, agent.end, agent.decay_steps,
+            self.collector = AsyncCollector(env_id, self.model, seed, nenvs, agent.start, agent.end, agent.decay_steps,
                                             method=collector)
             self.explorer, self.stepper = self.collector.policy.agent, self.collector
-        else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
+        else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=nenvs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
         return self.episodes
 
     def iterate(self, steps:int):
-        ("Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row "
+        ("Step the envs about `steps` more times (`steps / nenvs` steps of the vector env), yielding a metrics row "
          "(with `frame`) per update.")
         self.budget.grant(-(-check_int("steps", steps) // self.nenvs))
         for row in self.pipe:
@@ -264,8 +264,8 @@ class Learner(Stateful):
 def upgrade_checkpoint(state:dict) -> dict:
     ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
      "for `check_state` to judge.")
-    if not isinstance(state, dict) or state.get('version') not in (2, 3) or not isinstance(state.get('config'), dict):
-        return state
+    older = isinstance(state, dict) and state.get('version') in (2, 3, 4) and isinstance(state.get('config'), dict)
+    if not older: return state
     config, learner = dict(state['config']), state.get('learner')
     if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
         config.setdefault('layer_norm', False)
@@ -274,4 +274,6 @@ def upgrade_checkpoint(state:dict) -> dict:
         config.setdefault('collector', None); config.setdefault('publish_every', 50)
     if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
-    return dict(state, version=4, config=config)
+    # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
+    config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}
+    return dict(state, version=5, config=config)
