@@ -9,6 +9,7 @@ import os
 import numpy as np
 import torch
 import torch.nn as nn
+from fastcore.meta import delegates
 from .core import SimpleStep
 from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
@@ -17,6 +18,7 @@ from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import dqn_args, learner_config
 from .state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION
 from .checks import check_int, check_number
@@ -27,11 +29,11 @@ __all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'ReplayServer', 're
            'check_apex_args', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
-def apex_epsilons(n:int, eps:float=0.4, alpha:float=7.) -> list[float]:
-    "The exploration rate of each of `n` actors: eps ** (1 + alpha * i / (n - 1)); eps for one actor."
-    check_int('actors', n); check_number('eps', eps); check_number('alpha', alpha)
-    if eps > 1: raise ValueError(f"eps must be a probability in [0, 1], got {eps!r}")
-    return [eps] if n == 1 else [eps ** (1 + alpha * i / (n - 1)) for i in range(n)]
+def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
+    "The exploration rate of each of `n` actors: eps_base ** (1 + alpha * i / (n - 1)); eps_base for one actor."
+    check_int('actors', n); check_number('eps_base', eps_base); check_number('alpha', alpha)
+    if eps_base > 1: raise ValueError(f"eps_base must be a probability in [0, 1], got {eps_base!r}")
+    return [eps_base] if n == 1 else [eps_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
 
 # %% ../nbs/13_apex.ipynb #66071c22
 def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
@@ -145,7 +147,7 @@ class ApexActor:
                  env_id:str,
                  # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  replay,
-                 epsilon:float, # this actor's exploration rate after its decay
+                 eps_end:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
                  n:int=3, # steps of each n-step return
@@ -153,15 +155,15 @@ class ApexActor:
                  hidden:int=128, # hidden units of the Q-network
                  layer_norm:bool=True, # LayerNorm in its hidden layers, as the learner's network
                  timeout:float=60., # seconds to wait for the replay
-                 eps_start:float|None=None, # exploration at its first step; None: `epsilon` throughout
-                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `epsilon`
+                 eps_start:float|None=None, # exploration at its first step; None: `eps_end` throughout
+                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `eps_end`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
         self.gamma, self.timeout = check_gamma(gamma), timeout
-        start = epsilon if eps_start is None else eps_start
+        start = eps_end if eps_start is None else eps_start
         net = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
-        self.policy = PolicyCopy(net, n_actions, start, epsilon, decay_steps, seed=seed)
+        self.policy = PolicyCopy(net, n_actions, start, eps_end, decay_steps, seed=seed)
         self.policy.agent.advance_to(steps)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
@@ -295,7 +297,7 @@ DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')
 
 def check_apex_args(a:dict):
     "A `ValueError` naming the first of `ApexRun`'s arguments `a` (by name) that is out of its range."
-    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'envs', 'eps_decay_steps',
+    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'nenvs', 'eps_decay_steps',
               'batches_per_call'): check_int(k, a[k])
     check_int('max_restarts', a['max_restarts'], low=0); check_number('replay_ratio', a['replay_ratio'], low_ok=False)
     check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma'])
@@ -308,30 +310,22 @@ def check_apex_args(a:dict):
 class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
+    @delegates(dqn_args)
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  actors:int=2, # env-stepping actors
-                 seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=64, # batch size
-                 max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
-                 gamma:float=0.99, # discount
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
-                 eps:float=1e-6, # added to |TD error|
                  tau:float=0.02, # soft target update rate per update
-                 double:bool=True, # double DQN targets
-                 eps_start:float=1.0, # every actor's exploration at its start
                  eps_end:float=0.01, # a single actor's exploration after the decay
                  eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
-                 epsilon:float=0.4, # several actors end at `apex_epsilons(actors, epsilon)`
-                 hidden:int=128, # hidden units of the Q-network
-                 layer_norm:bool=True, # LayerNorm in each hidden layer of the Q-network
-                 max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
-                 n_step:int=3, # rewards summed per transition (n-step returns), 3 as in Ape-X
-                 envs:int=1, # env copies per actor
+                 # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
+                 eps_base:float=0.4,
+                 nenvs:int=1, # env copies per actor
                  publish_every:int=50, # updates between weight publications
                  chunk:int=50, # transitions an actor pushes per call
                  replay_ratio:float=1., # at most this many updates per env step
@@ -346,20 +340,21 @@ class ApexRun(Stateful):
                  num_cpus:float|None=None,
                  actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
                  replay_cpus:float=0., # CPUs each replay shard asks Ray for
-                 replay_node:str|None=None): # Ray node id of the replay shards (default: the learner's node)
-        args = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+                 replay_node:str|None=None, # Ray node id of the replay shards (default: the learner's node)
+                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
+        args = learner_config(ApexRun.__init__, locals())
         self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
         self.deployment = {k: args[k] for k in DEPLOYMENT}
         check_apex_args(args)
-        self.capacity = shard_capacity(max_sz, replay_shards)
-        self.epsilons = apex_epsilons(actors, epsilon) if actors > 1 else [eps_end]
+        self.capacity = shard_capacity(args['max_sz'], replay_shards)
+        self.epsilons = apex_epsilons(actors, eps_base) if actors > 1 else [eps_end]
         self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
         self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards)
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
-        self.shard_rng = np.random.default_rng(seed)   # which shard each sampled transition comes from
+        self.shard_rng = np.random.default_rng(args['seed'])   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
         self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
         self.assemble()
@@ -439,7 +434,7 @@ class ApexRun(Stateful):
         turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
         base = c['seed'] + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
         self.actors = [actor_class.remote(c['env_id'], turn(i), e, base + 1_000 * (i + 1),
-                                          c['envs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
+                                          c['nenvs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
                                           self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]

@@ -18,7 +18,7 @@ __all__ = ['FLAG_NAMES', 'EXIT_CODES', 'ATARI_NOTE', 'flag', 'typed', 'converter
            'show_warning', 'main']
 
 # %% ../nbs/08_cli.ipynb #505ef520
-FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', address='ray_address')
+FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs', address='ray_address')
 
 def flag(name:str) -> str:
     "The command-line flag of argument `name`."

@@ -6,6 +6,7 @@
 from __future__ import annotations
 from copy import deepcopy
 from dataclasses import dataclass
+import inspect
 import numpy as np
 import torch
 import torch.nn as nn
@@ -27,7 +28,8 @@ from .nstep import nstep_discount
 __all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
            'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNCore', 'check_torch_rng']
+           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNCore', 'check_torch_rng', 'dqn_args',
+           'learner_config']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -439,3 +441,28 @@ def check_torch_rng(rng):
     "A `ValueError` unless `rng` is a state `torch.set_rng_state` takes (a `torch.get_rng_state()`)."
     if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.shape != torch.get_rng_state().shape:
         raise ValueError(f"checkpoint torch_rng must be a uint8 tensor of shape {tuple(torch.get_rng_state().shape)}")
+
+# %% ../nbs/05c_dqn.ipynb #ea303f0e
+def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
+             max_sz:int=50_000, # replay capacity in transitions
+             gamma:float=0.99, # discount
+             eps:float=1e-6, # added to |TD error|
+             double:bool=True, # double DQN targets
+             eps_start:float=1.0, # exploration at the start
+             eps_end:float=0.01, # exploration after the decay
+             hidden:int=128, # hidden units of the Q-network
+             max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
+             n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
+             layer_norm:bool=True): # LayerNorm in each hidden layer of the MLP Q-network (the Atari one has none)
+    ("The arguments whose meaning and default are the same in every learner that takes them, written once: "
+     "a learner's `__init__` takes them with `@delegates(dqn_args)` and reads them with `learner_config`.")
+
+def learner_config(init, given:dict) -> dict:
+    ("The arguments of a learner's `init` (`@delegates(dqn_args)`) by name, in its signature's order: its own from "
+     "`given` (its locals), the shared ones from `given['kwargs']` or their defaults; a `TypeError` for a keyword "
+     "it does not take.")
+    params = list(inspect.signature(init).parameters.values())[1:]   # after self
+    kwargs = given['kwargs']
+    unknown = sorted(kwargs.keys() - {p.name for p in params})
+    if unknown: raise TypeError(f"{init.__qualname__}() got an unexpected keyword argument {unknown[0]!r}")
+    return {p.name: kwargs.get(p.name, p.default) if p.kind is p.KEYWORD_ONLY else given[p.name] for p in params}

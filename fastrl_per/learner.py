@@ -9,12 +9,14 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data.datapipes.iter import IterableWrapper
+from fastcore.meta import delegates
 from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import dqn_args, learner_config
 from .state import Stateful
 from .checks import check_int, check_number
 from .nstep import NStepTransitions
@@ -35,22 +37,21 @@ def physical_memory() -> int:
     "Bytes of memory this machine has."
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
-CHECKPOINT_VERSION = 4
+CHECKPOINT_VERSION = 5
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
 
-def check_learner_args(replay:str, prioritization:str, collector:str|None, publish_every:int, total_steps:int,
-                       n_step:int, envs:int, max_grad_norm:float|None, max_sz:int, bs:int):
-    "Raise a `ValueError` naming the first of these `Learner` arguments that it does not take."
-    if replay not in ('per', 'uniform'): raise ValueError(f"replay must be 'per' or 'uniform', got {replay!r}")
-    if replay == 'uniform' and prioritization != 'proportional':
-        raise ValueError(f"prioritization={prioritization!r} needs replay='per'")
-    if collector not in (None, 'process', 'thread'):
-        raise ValueError(f"collector must be 'process' or 'thread', got {collector!r}")
-    counts = dict(publish_every=publish_every, total_steps=total_steps, n_step=n_step, envs=envs, max_sz=max_sz, bs=bs)
-    for name, value in counts.items(): check_int(name, value)
+def check_learner_args(c:dict):
+    "Raise a `ValueError` naming the first of the `Learner` arguments in `c` (its config) that it does not take."
+    if c['replay'] not in ('per', 'uniform'):
+        raise ValueError(f"replay must be 'per' or 'uniform', got {c['replay']!r}")
+    if c['replay'] == 'uniform' and c['prioritization'] != 'proportional':
+        raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
+    if c['collector'] not in (None, 'process', 'thread'):
+        raise ValueError(f"collector must be 'process' or 'thread', got {c['collector']!r}")
+    for name in ('publish_every', 'total_steps', 'n_step', 'nenvs', 'max_sz', 'bs'): check_int(name, c[name])
     # a negative norm would flip the gradients
-    if max_grad_norm is not None: check_number('max_grad_norm', max_grad_norm, low_ok=False)
+    if c['max_grad_norm'] is not None: check_number('max_grad_norm', c['max_grad_norm'], low_ok=False)
 
 def observations(env_id:str, collector:str|None) -> tuple:
     ("`(obs, n_actions, grid, frames)` of `env_id`: its observation shape (a size, a frame stack's or a grid's), its "
@@ -93,60 +94,50 @@ class Learner(Stateful):
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
     nstep = collector = None  # the n-step stage and the background collector, for learners that have them
 
+    @delegates(dqn_args)
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  replay:str='per', # 'per' (prioritized) or 'uniform'
-                 seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
-                 max_sz:int=50_000, # replay capacity
                  lr:float=5e-4, # Adam learning rate
                  # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
                  lr_end:float|None=None,
-                 gamma:float=0.99, # discount
                  alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
-                 eps:float=1e-6, # added to |TD error|
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
                  tau:float|None=0.01, # soft target update rate per update
-                 double:bool=True, # double DQN targets
-                 eps_start:float=1.0, # exploration at the start
-                 eps_end:float=0.01, # exploration after the decay
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
-                 hidden:int=128, # hidden units of the Q-network
-                 max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
-                 n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
                  dueling:bool=False, # a value + advantage head on the Q-network
-                 layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP Q-network (the Atari one has none)
-                 envs:int=1, # sub-envs stepped together
+                 nenvs:int=1, # sub-envs stepped together
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
-                 warmup:int|None=None, # env steps stored before the first update; none: bs
+                 warmup:int|None=None, # transitions stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:str|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 prioritization:str='proportional'): # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
-        check_learner_args(replay, prioritization, collector, publish_every, total_steps, n_step, envs, max_grad_norm,
-                           max_sz, bs)
-        alpha, beta = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
-        self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+                 prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
+                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
+        self.config = c = learner_config(Learner.__init__, locals())
+        check_learner_args(c)
+        c['alpha'], c['beta'] = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
         obs, n_actions, grid, frames = observations(env_id, collector)
-        self.replay_nbytes = check_fits(self.storage_nbytes(obs, max_sz, frames), max_sz)
-        torch.manual_seed(seed)
-        self.core = DQNCore(q_network(obs, n_actions, grid, frames, hidden, dueling, layer_norm), lr, device)
-        agent = EpsilonGreedy(self.model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
-        steps = self.act(agent, env_id, seed, envs, collector)
+        self.replay_nbytes = check_fits(self.storage_nbytes(obs, c['max_sz'], frames), c['max_sz'])
+        torch.manual_seed(c['seed'])
+        self.core = DQNCore(q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm']), lr, device)
+        agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], eps_decay_steps, seed=c['seed'])
+        steps = self.act(agent, env_id, c['seed'], nenvs, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
-        if n_step > 1:   # open windows carry over between fits
-            steps = self.nstep = NStepTransitions(steps, n_step, gamma, keep_open=True)
-        self.replay = make_replay(steps, replay, frames, max_sz, bs, seed, alpha, beta, eps, prioritization,
-                                  every=train_every, repeats=gradient_steps, warmup=warmup)
-        stored = total_steps - (n_step - 1) * envs   # an n-step window still open at the end has not been stored
+        if c['n_step'] > 1:   # open windows carry over between fits
+            steps = self.nstep = NStepTransitions(steps, c['n_step'], c['gamma'], keep_open=True)
+        self.replay = make_replay(steps, replay, frames, c['max_sz'], bs, c['seed'], c['alpha'], c['beta'], c['eps'],
+                                  prioritization, every=train_every, repeats=gradient_steps, warmup=warmup)
+        stored = total_steps - (c['n_step'] - 1) * nenvs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
-        self.pipe = self.core.train(self.core.losses(self.replay, gamma, double), self.explorer, self.replay,
-                                    max_grad_norm, target_every=target_every, tau=None if target_every else tau,
+        self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
+                                    c['max_grad_norm'], target_every=target_every, tau=None if target_every else tau,
                                     updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
         if lr_end is not None:
             self.pipe = AnnealLR(self.pipe, self.core.optimizer, lr, lr_end,
@@ -168,22 +159,22 @@ class Learner(Stateful):
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
-    def act(self, agent, env_id:str, seed:int, envs:int=1, collector:str|None=None):
+    def act(self, agent, env_id:str, seed:int, nenvs:int=1, collector:str|None=None):
         ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
          "counting episode returns.")
         self.agent = agent
         # explorer: the agent whose exploration the metrics and checkpoints follow
-        self.budget, self.nenvs, self.explorer = StepBudget(), envs, agent
+        self.budget, self.nenvs, self.explorer = StepBudget(), nenvs, agent
         if collector:   # the worker acts with its own copy of the agent; `agent` (on this model) plays the evaluations
-            self.collector = AsyncCollector(env_id, self.model, seed, envs, agent.start, agent.end, agent.decay_steps,
+            self.collector = AsyncCollector(env_id, self.model, seed, nenvs, agent.start, agent.end, agent.decay_steps,
                                             method=collector)
             self.explorer, self.stepper = self.collector.policy.agent, self.collector
-        else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=envs)
+        else: self.stepper = GymStepper(IterableWrapper([env_id]), agent=agent, seed=seed, nenvs=nenvs)
         self.episodes = EpisodeReturns(UnbatchSteps(Budgeted(self.stepper, self.budget)))
         return self.episodes
 
     def iterate(self, steps:int):
-        ("Step the envs about `steps` more times (`steps / envs` steps of the vector env), yielding a metrics row "
+        ("Step the envs about `steps` more times (`steps / nenvs` steps of the vector env), yielding a metrics row "
          "(with `frame`) per update.")
         self.budget.grant(-(-check_int("steps", steps) // self.nenvs))
         for row in self.pipe:
@@ -273,8 +264,8 @@ class Learner(Stateful):
 def upgrade_checkpoint(state:dict) -> dict:
     ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
      "for `check_state` to judge.")
-    if not isinstance(state, dict) or state.get('version') not in (2, 3) or not isinstance(state.get('config'), dict):
-        return state
+    older = isinstance(state, dict) and state.get('version') in (2, 3, 4) and isinstance(state.get('config'), dict)
+    if not older: return state
     config, learner = dict(state['config']), state.get('learner')
     if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
         config.setdefault('layer_norm', False)
@@ -283,4 +274,6 @@ def upgrade_checkpoint(state:dict) -> dict:
         config.setdefault('collector', None); config.setdefault('publish_every', 50)
     if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
-    return dict(state, version=4, config=config)
+    # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
+    config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}
+    return dict(state, version=5, config=config)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
+from fastcore.meta import delegates
 from .core import SimpleStep
 from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .dqn import EpsilonGreedy, TrainStep, DQNCore, discrete_env_dims
+from .dqn import EpsilonGreedy, TrainStep, DQNCore, discrete_env_dims, dqn_args, learner_config
 from .learner import Learner
 from .checks import check_int, check_number
 
@@ -141,51 +142,46 @@ class SequenceQ(IterDataPipe):
 # %% ../nbs/11_recurrent_learner.ipynb #b3d0dbb6
 class RecurrentLearner(Learner):
     "R2D2-style DQN: a `RecurrentQNetwork` acting with a carried state, trained on stored sequences with a burn-in."
+    @delegates(dqn_args, but=['double', 'hidden', 'layer_norm'])   # its targets are double DQN's, its network its own
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPoleNoVelocity-v1',
-                 seed:int=0, # seeds the network, envs, exploration and sampling
                  total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
                  length:int=16, # steps per sequence that are trained on
                  burn_in:int=8, # steps before them that only advance the recurrent state
                  recurrent_state:str='stored', # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
                  bs:int=32, # sequences per batch
-                 max_sz:int=50_000, # replay capacity in transitions
                  lr:float=1e-3, # Adam learning rate
-                 gamma:float=0.99, # discount
-                 n_step:int=3, # rewards summed per target (n-step returns)
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
-                 eps:float=1e-6, # added to |TD error|
                  eta:float=0.9, # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
                  value_rescaling:bool=True, # regress R2D2's h(return) = sign·(sqrt(|return|+1)-1) + 0.001·return
-                 tau:float=0.005, # soft target update rate
+                 tau:float=0.005, # soft target update rate per update
                  train_every:int=4, # env steps per update
                  warmup:int=1_000, # transitions stored before the first update
-                 eps_start:float=1.0, # exploration at the start
-                 eps_end:float=0.01, # exploration after the decay
                  eps_decay_steps:int=10_000, # env steps of linear epsilon decay
-                 max_grad_norm:float|None=10.): # clip the gradient norm (None: no clipping)
+                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
+        self.config = c = learner_config(RecurrentLearner.__init__, locals())
         check_int('total_steps', total_steps); check_int('length', length); check_int('burn_in', burn_in, low=0)
-        check_int('n_step', n_step); check_number('eta', eta)
+        check_int('n_step', c['n_step']); check_number('eta', eta)
         if eta > 1: raise ValueError(f"eta must be in [0, 1], got {eta!r}")
         if recurrent_state not in ('stored', 'zero'):
             raise ValueError(f"recurrent_state must be 'stored' or 'zero', got {recurrent_state!r}")
-        self.config = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         obs_dim, n_actions = discrete_env_dims(env_id)
-        torch.manual_seed(seed)
+        torch.manual_seed(c['seed'])
         self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions), lr)
-        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=eps_start, end=eps_end, decay_steps=eps_decay_steps,
-                                       seed=seed)
-        steps = self.act(agent, env_id, seed)
+        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c['eps_start'], end=c['eps_end'],
+                                       decay_steps=eps_decay_steps, seed=c['seed'])
+        steps = self.act(agent, env_id, c['seed'])
         stored = recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
-        self.replay = PrioritizedSequenceReplay(capacity=max_sz, alpha=alpha, beta=beta, epsilon=eps, seed=seed)
+        self.replay = PrioritizedSequenceReplay(capacity=c['max_sz'], alpha=alpha, beta=beta, epsilon=c['eps'],
+                                                seed=c['seed'])
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every,
                                             burn_in=burn_in, warmup=warmup)
-        losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, n_step, gamma, eta, stored,
-                           value_rescaling)
-        self.pipe = self.core.train(losses, self.explorer, self.replay, max_grad_norm, tau=tau, per_id=True,
+        losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, c['n_step'], c['gamma'], eta,
+                           stored, value_rescaling)
+        self.pipe = self.core.train(losses, self.explorer, self.replay, c['max_grad_norm'], tau=tau, per_id=True,
                                     updates=max(1, (total_steps - warmup) // train_every))
 
     # Checkpoints: `Learner`'s state, plus the open sequences and the carried state

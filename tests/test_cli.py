@@ -129,7 +129,7 @@ def test_subcommand_help_ends_with_examples(name):
 
 def test_every_learner_argument_is_a_train_flag_with_its_default():
     text = ' '.join(run('train', '--help', check=0).stdout.split()).replace('--no- ', '--no-')  # argparse may wrap after a hyphen
-    renamed = dict(env_id='--env', total_steps='--steps', max_sz='--buffer-size')
+    renamed = dict(env_id='--env', total_steps='--steps', max_sz='--buffer-size', nenvs='--envs')
     for cls in (Learner, RecurrentLearner):
         for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
             option = renamed.get(name, '--' + name.replace('_', '-'))

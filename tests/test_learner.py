@@ -573,7 +573,7 @@ def test_dueling_head_is_used_and_trains():
 
 
 def test_several_envs_step_together_and_count_each_transition():
-    learner = Learner('CartPole-v1', seed=0, total_steps=600, envs=3)
+    learner = Learner('CartPole-v1', seed=0, total_steps=600, nenvs=3)
     learner.fit(300)
     assert 270 <= learner.episodes.env_steps <= 300        # 100 vector steps of 3 copies, less the autoreset rows
     assert set(learner.replay.memory[:].env_id.tolist()) == {0, 1, 2}
@@ -622,9 +622,10 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
     learner = Learner(**dict(state['config'], layer_norm=False, total_steps=300))
     learner.fit(300)
     old = learner.state_dict()
-    torch.save(dict(old, version=2, config={k: v for k, v in old['config'].items() if k != 'layer_norm'}), run / 'checkpoint.pt')
+    config = {('envs' if k == 'nenvs' else k): v for k, v in old['config'].items() if k != 'layer_norm'}   # its names then
+    torch.save(dict(old, version=2, config=config), run / 'checkpoint.pt')
     (run / 'best.pt').unlink()
     train(total_steps=400, resume=str(run), progress=False)
     resumed = load_checkpoint(run)
-    assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (4, False, 400)
+    assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (5, False, 400)
     assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)

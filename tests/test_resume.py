@@ -3,6 +3,10 @@ import io, math
 import pytest
 import torch
 from fastrl_per.learner import Learner
+from fastrl_per.recurrent_learner import RecurrentLearner
+from fastrl_per.apex import ApexRun
+from fastrl_per.rundir import load_checkpoint
+from fastrl_per.factories import restore_learner
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
 
@@ -37,7 +41,7 @@ def interrupted_and_whole(steps=1_000, **kwargs):
     whole_rows = whole.fit(steps)
     return rows, rows_after, resumed, whole_rows, whole
 
-@pytest.mark.parametrize('steps, kwargs', [(1_000, dict()), (400, dict(n_step=3, envs=2)), (400, dict(replay='uniform', train_every=2, gradient_steps=2))],
+@pytest.mark.parametrize('steps, kwargs', [(1_000, dict()), (400, dict(n_step=3, nenvs=2)), (400, dict(replay='uniform', train_every=2, gradient_steps=2))],
                          ids=['per-500+500', 'nstep3-envs2-200+200', 'uniform-every2-200+200'])
 def test_fit_resumed_halfway_equals_one_fit(steps, kwargs):
     rows, rows_after, resumed, whole_rows, whole = interrupted_and_whole(steps, seed=0, **kwargs)
@@ -82,6 +86,25 @@ def test_a_rejected_checkpoint_leaves_the_learner_unchanged():
             with pytest.raises(ValueError): target.load_state_dict(state)
             assert_same(target.state_dict(), expect, name)
     learner.load_state_dict(good)       # and the good state still loads
+
+
+def as_version_4(state:dict) -> dict:
+    "`state` as version 4 wrote it: the count of sub-envs was `envs`, Ape-X's base exploration rate `epsilon`."
+    old_names = dict(nenvs='envs', eps_base='epsilon')
+    return dict(state, version=4, config={old_names.get(k, k): v for k, v in state['config'].items()})
+
+@pytest.mark.parametrize('make', [lambda: Learner('CartPole-v1', seed=0, total_steps=600, nenvs=2),
+                                  lambda: RecurrentLearner(seed=0, total_steps=600, bs=8, length=4, burn_in=2, warmup=100),
+                                  lambda: ApexRun('CartPole-v1', actors=2, seed=0, total_steps=600, eps_base=0.3)],
+                         ids=['Learner', 'RecurrentLearner', 'ApexRun'])
+def test_a_version_4_checkpoint_resumes(make, tmp_path):
+    "`load_checkpoint` upgrades a checkpoint written before `nenvs` and `eps_base`: the learner it names is rebuilt whole."
+    learner = make()
+    if not isinstance(learner, ApexRun): learner.fit(200)   # an Ape-X run steps its envs only on Ray
+    torch.save(as_version_4(learner.state_dict()), tmp_path / 'checkpoint.pt')
+    restored = restore_learner(load_checkpoint(tmp_path))
+    assert type(restored) is type(learner) and restored.config == learner.config
+    assert_same(restored.state_dict(), learner.state_dict())
 
 
 # the command: a real `fastrl_per train` stopped by SIGINT and resumed, against one never stopped
