@@ -314,6 +314,7 @@ class ApexRun(Stateful):
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
+                 *, # the rest by keyword: a position would silently mean another argument
                  actors:int=2, # env-stepping actors
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=64, # batch size

@@ -465,4 +465,4 @@ def learner_config(init, given:dict) -> dict:
     kwargs = given['kwargs']
     unknown = sorted(kwargs.keys() - {p.name for p in params})
     if unknown: raise TypeError(f"{init.__qualname__}() got an unexpected keyword argument {unknown[0]!r}")
-    return {p.name: kwargs.get(p.name, p.default) if p.kind is p.KEYWORD_ONLY else given[p.name] for p in params}
+    return {p.name: given[p.name] if p.name in given else kwargs.get(p.name, p.default) for p in params}

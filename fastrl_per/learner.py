@@ -98,6 +98,7 @@ class Learner(Stateful):
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
+                 *, # the rest by keyword: a position would silently mean another argument
                  replay:str='per', # 'per' (prioritized) or 'uniform'
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size

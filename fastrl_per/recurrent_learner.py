@@ -146,6 +146,7 @@ class RecurrentLearner(Learner):
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPoleNoVelocity-v1',
+                 *, # the rest by keyword: a position would silently mean another argument
                  total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
                  length:int=16, # steps per sequence that are trained on
                  burn_in:int=8, # steps before them that only advance the recurrent state
