@@ -629,3 +629,13 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
     resumed = load_checkpoint(run)
     assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (5, False, 400)
     assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)
+
+
+@pytest.mark.parametrize('cls', ['Learner', 'RecurrentLearner', 'ApexRun'])
+def test_arguments_after_env_id_are_keywords_and_unknown_ones_refused(cls):
+    "A position past env_id would land on another argument than the caller meant (the shared ones are delegated)."
+    from fastrl_per.recurrent_learner import RecurrentLearner
+    from fastrl_per.apex import ApexRun
+    learner = dict(Learner=Learner, RecurrentLearner=RecurrentLearner, ApexRun=ApexRun)[cls]
+    with pytest.raises(TypeError, match='positional'): learner('CartPole-v1', 'per', 5)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sede'"): learner('CartPole-v1', sede=1)
