@@ -16,22 +16,30 @@ from .learner import Learner
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'RecurrentEpsilonGreedy', 'WithRecurrentState', 'rescale', 'unscale',
-           'sequence_step', 'SequenceQ', 'RecurrentLearner']
+__all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'make_acrobot_no_velocity', 'RecurrentEpsilonGreedy',
+           'WithRecurrentState', 'rescale', 'unscale', 'sequence_step', 'SequenceQ', 'RecurrentLearner']
 
 # %% ../nbs/11_recurrent_learner.ipynb #7dfedeb4
 class HideVelocities(gym.ObservationWrapper):
-    "CartPole observing cart position and pole angle only."
-    def __init__(self, env):
+    "`env` observing only the entries `keep` of its `Box` observation (e.g. the positions, not the velocities)."
+    def __init__(self, env, keep:list[int]):
         super().__init__(env)
-        box = env.observation_space
-        self.observation_space = gym.spaces.Box(box.low[[0, 2]], box.high[[0, 2]], dtype=box.dtype)
-    def observation(self, obs): return obs[[0, 2]]
+        self.keep, box = list(keep), env.observation_space   # a list: a tuple would index several axes
+        self.observation_space = gym.spaces.Box(box.low[self.keep], box.high[self.keep], dtype=box.dtype)
+    def observation(self, obs): return obs[self.keep]
 
-def make_cartpole_no_velocity(**kwargs): return HideVelocities(gym.make('CartPole-v1', **kwargs))
+def make_cartpole_no_velocity(**kwargs):
+    "CartPole-v1 observing `[x, θ]`: its cart and pole velocities hidden."
+    return HideVelocities(gym.make('CartPole-v1', **kwargs), keep=[0, 2])
+
+def make_acrobot_no_velocity(**kwargs):
+    "Acrobot-v1 observing `[cos θ1, sin θ1, cos θ2, sin θ2]`: its two angular velocities hidden."
+    return HideVelocities(gym.make('Acrobot-v1', **kwargs), keep=[0, 1, 2, 3])
 
 if 'CartPoleNoVelocity-v1' not in gym.registry:
     gym.register('CartPoleNoVelocity-v1', entry_point=make_cartpole_no_velocity)
+if 'AcrobotNoVelocity-v1' not in gym.registry:
+    gym.register('AcrobotNoVelocity-v1', entry_point=make_acrobot_no_velocity)
 
 # %% ../nbs/11_recurrent_learner.ipynb #9b5a145f
 class RecurrentEpsilonGreedy(EpsilonGreedy):
