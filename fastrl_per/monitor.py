@@ -22,8 +22,8 @@ def metrics_row(row:dict, update:int, ended, evaluated) -> list:
             evaluated if evaluated == '' else f"{evaluated:.6g}"]
 
 class MetricsFile:
-    ("A run's metrics.csv, open for appending one row per update; the last row can still take a greedy score "
-     "(`score_last`).")
+    ("A run's metrics.csv, open for appending one row per update (and one for each other episode that ended); the last "
+     "row can still take a greedy score (`score_last`).")
     def __init__(self, path:Path):
         self.file = open(path, 'a', newline='')
         self.writer, self.last, self.last_at = csv.writer(self.file), None, None
@@ -32,6 +32,11 @@ class MetricsFile:
         "Write one update's row; `ended`: the return of an episode that ended there, `evaluated`: a greedy score."
         self.last_at, self.last = self.file.tell(), dict(row=row, update=update, ended=ended, evaluated=evaluated)
         self.writer.writerow(metrics_row(row, update, ended, evaluated))
+
+    def append_episode(self, frame:int, ret:float):
+        ("Write the row of an episode that ended at env step `frame` with no update of its own (during the warm-up, or "
+         "beside another episode ending before the same update): only `frame` and `episode_return` are filled.")
+        self.writer.writerow([frame, '', '', '', '', ret, ''])
 
     def score_last(self, score:float):
         "Give the last row the greedy `score` of the network as it was after that row's update (it rewrites that row)."
@@ -62,7 +67,8 @@ def plot_metrics(run_dir) -> Path:
         axs[0].plot(m['frame'][evaluated], m['eval_return'][evaluated], 'o-', label='greedy evaluation')
     axs[0].legend()
     for ax, name, x in zip(axs[1:], ('loss', 'epsilon', 'beta'), ('update', 'frame', 'update')):
-        ax.plot(m[x], m[name], lw=0.5)
+        updated = ~np.isnan(m['update'])   # not the rows of episodes alone
+        ax.plot(m[x][updated], m[name][updated], lw=0.5)
     for ax, name, x in zip(axs, ('return', 'loss', 'epsilon', 'beta'),
                            ('env steps', 'updates', 'env steps', 'updates')):
         ax.set_title(name); ax.set_xlabel(x)

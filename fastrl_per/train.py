@@ -193,6 +193,7 @@ class TrainLoop:
         if self.eval_every and (row['frame'] >= self.next_eval or last):
             score = self.evaluate(row['frame'], self.updates)
             self.next_eval = (row['frame'] // self.eval_every + 1) * self.eval_every
+        for frame, ret in returns[self.n_returns:-1]: metrics.append_episode(frame, ret)   # each episode has a row
         metrics.append(row, self.updates, returns[-1][1] if len(returns) > self.n_returns else '', score)
         self.board.update(row, self.updates, self.learner.replay)
         self.n_returns = len(returns)

@@ -40,8 +40,10 @@ def assert_one_line_error(done, contains):
     assert len(lines) == 1 and contains in lines[0], done.stderr
 
 
-def metrics(run_dir):
-    with open(Path(run_dir) / 'metrics.csv', newline='') as f: return list(csv.DictReader(f))
+def metrics(run_dir, updates_only=True):
+    "metrics.csv's rows; `updates_only`: without the rows of episodes that ended between updates."
+    with open(Path(run_dir) / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
+    return [r for r in rows if r['update'] or not updates_only]
 
 
 def train_briefly(out, *args):

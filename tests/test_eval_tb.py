@@ -1,7 +1,6 @@
 """Evaluation during training and best.pt, TensorBoard event files read back, the stale-drop
 count of the priority core, and the one-line errors for envs whose extra is missing: real
 `fastrl_per` subprocesses, real envs, real files."""
-import csv
 import json
 import math
 import os
@@ -18,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fastrl_per.core import SimpleStep
 from fastrl_per.per import PrioritizedExperienceReplay
 from fastrl_per.monitor import RunBoard
+from test_cli import metrics   # metrics.csv rows, the update rows by default
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 EARLY = ('--bs', 64)   # the first update, and so the first metrics row an evaluation lands on, at step 64: before the first evaluation at 100
@@ -33,10 +33,6 @@ def run(*args, command=COMMAND, check=None):
 def without(module):
     "The command run by a Python that finds `module` missing (None in sys.modules stops its import)."
     return [sys.executable, '-c', f'import sys; sys.modules[{module!r}] = None; from fastrl_per.cli import main; main()']
-
-
-def metrics(run_dir):
-    with open(Path(run_dir) / 'metrics.csv', newline='') as f: return list(csv.DictReader(f))
 
 
 def scalars(run_dir) -> dict:
@@ -81,6 +77,8 @@ def test_tensorboard_has_every_scalar_with_its_points(evaluated_run):
         assert [s for s, _ in got[tag]] == steps, tag
     assert [v for _, v in got['train/updates']] == [frames.index(s) + 1 for s in steps]  # update count of that row
     assert len(got['return/episode']) == manifest['episodes']
+    ended = [float(r['episode_return']) for r in metrics(evaluated_run, updates_only=False) if r['episode_return']]
+    assert [pytest.approx(v) for _, v in got['return/episode']] == ended   # every episode has its row
     assert [(s, pytest.approx(v, rel=1e-5)) for s, v in got['return/eval']] == \
         [(int(r['frame']), float(r['eval_return'])) for r in rows if r['eval_return']]
     assert all(m >= mean > 0 for (_, mean), (_, m) in zip(got['replay/mean_priority'], got['replay/max_priority']))
