@@ -33,6 +33,12 @@ pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one 
 ONE_STEP = dict(n_step=1, bs=64)   # a transition stored per env step, the first update at step 64: counts the tests state by hand
 
 
+def update_frames(run) -> np.ndarray:
+    "The env steps of metrics.csv's update rows (not the rows of episodes that ended between updates)."
+    m = read_metrics(run)
+    return m['frame'][~np.isnan(m['update'])]
+
+
 class Fixed(nn.Module):
     "Q(s) = s @ W: values we can compute by hand."
     def __init__(self, w):
@@ -403,11 +409,11 @@ def test_resume_continues_counters(base_run, tmp_path):
     run = copy_run(base_run, tmp_path)
     first = load_checkpoint(run)
     assert first['env_steps'] == 300 and first['replay']['n_added'] == 300
-    n_first = len(read_metrics(run)['frame'])
+    n_first = len(update_frames(run))
     assert first['updates'] == n_first == 300 - 64 + 1
     train(total_steps=500, resume=str(run), progress=False)
     state = load_checkpoint(run)
-    frames = read_metrics(run)['frame']
+    frames = update_frames(run)
     assert state['env_steps'] == 500
     assert state['updates'] == first['updates'] + 200 == len(frames)
     assert state['replay']['n_added'] == 500
@@ -518,7 +524,7 @@ def test_failed_run_then_resume_has_no_duplicate_frames(base_run, tmp_path, monk
         m.setattr(rundir_mod, "save_checkpoint", disk_full)
         with pytest.raises(OSError): train(total_steps=400, resume=str(run), progress=False)
     train(total_steps=450, resume=str(run), progress=False)
-    frames = read_metrics(run)['frame']
+    frames = update_frames(run)
     np.testing.assert_array_equal(frames, np.arange(64, 451))
 
 
