@@ -122,11 +122,11 @@ def table(results: dict) -> list[str]:
     for (game, replay, seed), r in results.items():
         lines.append(f"| {game} | {replay} | {seed} | {r['steps']:,} | {' / '.join(map(fmt, r['last']))} "
                      f"| {fmt(r['mean_1m'])} | {' / '.join(map(fmt, r['best']))} | {fmt(r['evaluate'])} |")
-    lines += ['', '| game | replay | seeds | last 100 at 250k / 500k / 1M, mean [min–max] | mean 0-1M '
+    lines += ['', '| game | replay | finished runs | last 100 at 250k / 500k / 1M, mean [min–max] | mean 0-1M '
               '| `evaluate` best.pt, mean [min–max] |', '|---|---|--:|---|--:|--:|']
     for game in GAMES:
         for replay in REPLAYS:
-            rs = [r for (g, p, _), r in results.items() if (g, p) == (game, replay)]
+            rs = [r for (g, p, _), r in results.items() if (g, p) == (game, replay) and r['steps'] >= STEPS]
             if not rs: continue
             def agg(values):
                 v = [x for x in values if not np.isnan(x)]
