@@ -331,7 +331,8 @@ def locked(method):
     return run_locked
 
 class BufferCore(Stateful):
-    ("Base of the buffer cores: a re-entrant `lock` that their public methods hold (loading a state too). "
+    ("Base of the buffer cores: a re-entrant `lock` that their public methods hold (loading a state too), and the "
+     "checks and loads of the state every core has, its `storage` and its sampler `rng`. "
      "Copies and pickles get a lock of their own.")
     def __init__(self): self.lock = threading.RLock()
     def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != 'lock'}
@@ -342,6 +343,17 @@ class BufferCore(Stateful):
         ("Restore from `state_dict()`: the whole state is checked first, so one that does not fit raises `ValueError` "
          "and changes nothing.")
         self.assign(self.check_state(state))
+
+    def check_stored(self, state:dict) -> dict:
+        "Check what every buffer core saves beside its own fields: its storage's columns and its sampler."
+        self.storage.check_saved(state['n_added'], state['columns'])
+        rng_of_state(state['rng'])
+        return state
+
+    def load_stored(self, state:dict):
+        "Take over the storage's columns and the sampler of a checked `state`."
+        self.rng = rng_of_state(state['rng'])
+        self.storage.load(state['n_added'], state['columns'])
 
 def check_state_header(obj, state, keys:set):
     "Raise a `ValueError` unless `state` is a dict with `keys`, saved by a buffer of `obj`'s kind and schema version."
@@ -509,14 +521,12 @@ class ReplayBuffer(BufferCore):
         check_int('state bs', state['bs'])
         if state['bs'] > self.max_sz:
             raise ValueError(f"state bs ({state['bs']}) cannot be larger than max_sz ({self.max_sz})")
-        self.storage.check_saved(state['n_added'], state['columns'])
-        rng_of_state(state['rng'])
-        return state
+        return self.check_stored(state)
 
     def assign(self, state:dict):
         "Take over a checked `state`."
-        self.bs, self.rng, self._unhooked = state['bs'], rng_of_state(state['rng']), 0
-        self.storage.load(state['n_added'], state['columns'])
+        self.bs, self._unhooked = state['bs'], 0
+        self.load_stored(state)
 
 
     def save(self, path):

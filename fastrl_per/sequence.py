@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
-from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header, rng_of_state
+from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header
 from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor
 from .checks import check_int, check_number
 from .state import Stateful, check_keys
@@ -236,14 +236,11 @@ class SequenceReplay(BufferCore):
             raise ValueError("state episodes must be non-empty and written back to back up to n_added")
         if lengths.sum() > self.capacity:
             raise ValueError(f"state holds {lengths.sum()} transitions, more than the capacity {self.capacity}")
-        self.storage.check_saved(state['n_added'], state['columns'])
-        rng_of_state(state['rng'])
-        return state
+        return self.check_stored(state)
 
     def assign(self, state:dict):
         "Take over a checked `state`."
-        self.rng = rng_of_state(state['rng'])
-        self.storage.load(state['n_added'], state['columns'])
+        self.load_stored(state)
         self.first_id, self.next_id = state['first_id'], state['next_id']
         n_slots = min(self.capacity, self.min_slots)
         while n_slots < self.n_episodes: n_slots = min(2 * n_slots, self.capacity)
