@@ -140,10 +140,14 @@ class Learner(Stateful):
         self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
                                     c['max_grad_norm'], target_every=target_every, tau=None if target_every else tau,
                                     updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
+        self.anneal_lr(lr, lr_end, total_steps)
+        if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
+
+    def anneal_lr(self, lr:float, lr_end:float|None, total_steps:int):
+        "Move the optimiser's learning rate linearly from `lr` to `lr_end` by env step `total_steps` (None: keep `lr`)."
         if lr_end is not None:
             self.pipe = AnnealLR(self.pipe, self.core.optimizer, lr, lr_end,
                                  lambda: self.episodes.env_steps / total_steps)
-        if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
 
     @property
     def model(self) -> nn.Module:

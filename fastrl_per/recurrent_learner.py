@@ -161,6 +161,8 @@ class RecurrentLearner(Learner):
                  recurrent_state:str='stored', # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
                  bs:int=32, # sequences per batch
                  lr:float=1e-3, # Adam learning rate
+                 # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
+                 lr_end:float|None=None,
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
                  eta:float=0.9, # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
@@ -192,6 +194,7 @@ class RecurrentLearner(Learner):
                            stored, value_rescaling)
         self.pipe = self.core.train(losses, self.explorer, self.replay, c['max_grad_norm'], tau=tau, per_id=True,
                                     updates=max(1, (total_steps - warmup) // train_every))
+        self.anneal_lr(lr, lr_end, total_steps)
 
     # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
     def state_dict(self) -> dict:
