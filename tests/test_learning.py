@@ -1,6 +1,6 @@
-"""The learning-rate schedule of `Learner` (`lr_end`): where the rate is after a given number of
-env steps, that a resumed run continues the schedule, bad values; and benchmarks/learning.py
-run end to end on a short budget."""
+"""The learning-rate schedule of `Learner` and `RecurrentLearner` (`lr_end`): where the rate is after a given number
+of env steps, that a resumed run continues the schedule, bad values, the command's `--lr-end`; and
+benchmarks/learning.py run end to end on a short budget."""
 import subprocess, sys
 from pathlib import Path
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fastrl_per.learner import Learner
+from fastrl_per.recurrent_learner import RecurrentLearner
 
 ROOT = Path(__file__).parent.parent
 
@@ -41,9 +42,21 @@ def test_a_resumed_learner_continues_the_schedule():
     assert lr(resumed) == pytest.approx(1e-3 * 0.5 + 2e-4 * 0.5)
 
 
+@pytest.mark.parametrize('make', [Learner, RecurrentLearner])
 @pytest.mark.parametrize('bad', [0., -1e-4, float('nan')])
-def test_bad_lr_end_is_named(bad):
-    with pytest.raises(ValueError, match='lr_end'): Learner('CartPole-v1', seed=0, total_steps=100, lr_end=bad)
+def test_bad_lr_end_is_named(make, bad):
+    with pytest.raises(ValueError, match='lr_end'): make(seed=0, total_steps=100, lr_end=bad)
+
+
+def test_the_recurrent_command_anneals_to_lr_end(tmp_path):
+    run = tmp_path / 'rec'
+    done = subprocess.run([sys.executable, '-m', 'fastrl_per', 'train', '--model', 'recurrent', '--steps', '600',
+                           '--warmup', '200', '--lr-end', '1e-4', '--out', str(run), '--no-progress'],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    checkpoint = torch.load(run / 'checkpoint.pt', weights_only=False)
+    assert checkpoint['config']['lr_end'] == 1e-4
+    assert checkpoint['optimizer']['param_groups'][0]['lr'] == pytest.approx(1e-4)   # 600 of 600 planned steps: the end of the schedule
 
 
 def test_learning_benchmark_prints_a_row_per_run_and_a_summary():
