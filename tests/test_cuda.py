@@ -1,6 +1,6 @@
 """The CUDA paths (issue #25): `sample(device='cuda')` through pinned memory, priorities from TD errors that live on
-the GPU, and the learners training there. They run only where torch sees a GPU and are skipped elsewhere (CI has
-none). On a GPU machine: `python -m pytest -q tests/test_cuda.py`."""
+the GPU, the MLP learner, TD3's own loop and the command training there. They run only where torch sees a GPU and
+are skipped elsewhere (CI has none). On a GPU machine: `python -m pytest -q tests/test_cuda.py`."""
 import json, subprocess, sys
 
 import numpy as np
@@ -53,7 +53,7 @@ def test_the_learner_trains_on_the_gpu():
     assert next(learner.model.parameters()).device.type == 'cuda'
 
 
-def test_the_own_loop_td3_learns_on_the_gpu():
+def test_the_own_loop_td3_runs_on_the_gpu():
     curve = td3(env_steps=1_500, start_steps=500, eval_every=500, eval_episodes=2, device='cuda')
     assert len(curve) == 3 and all(np.isfinite(r) for _, r in curve)
 

@@ -56,7 +56,8 @@ def test_the_recurrent_command_anneals_to_lr_end(tmp_path):
     assert done.returncode == 0, done.stderr
     checkpoint = torch.load(run / 'checkpoint.pt', weights_only=False)
     assert checkpoint['config']['lr_end'] == 1e-4
-    assert checkpoint['optimizer']['param_groups'][0]['lr'] == pytest.approx(1e-4)   # 600 of 600 planned steps: the end of the schedule
+    # 600 of 600 planned steps: the end of the schedule
+    assert checkpoint['optimizer']['param_groups'][0]['lr'] == pytest.approx(1e-4)
 
 
 def test_learning_benchmark_prints_a_row_per_run_and_a_summary():
