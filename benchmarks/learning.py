@@ -4,8 +4,9 @@ CartPole-v1, -100 on Acrobot-v1), and the greedy score of the network `fastrl_pe
 
 Each run does what `fastrl_per train` does at its defaults: it trains until the mean of 20
 reaches the threshold (or the step budget runs out; `--full`: always the whole budget),
-evaluates greedily every 2,500 steps and at the end (5 episodes on the command's evaluation
-seeds) and keeps the best network; that network then plays 10 greedy episodes as
+evaluates greedily every 2,500 steps and at the end (10 episodes on the command's evaluation
+seeds; one that ties or beats the best is confirmed on 30 more) and keeps the best network, as the
+command's `BestNetwork` chooses it; that network then plays 10 greedy episodes as
 `fastrl_per evaluate` does (seeds 10,000 on). Results vary a lot by seed, so every seed is
 printed, with what the network had become: the largest mean of 20 on the way, the last
 one, and Q-values and action gaps on 1,024 stored states.
@@ -19,10 +20,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from fastrl_per.learner import Learner
-from fastrl_per.train import evaluate_greedily, greedy_returns, train, evaluate
+from fastrl_per.train import BestNetwork, greedy_returns, train, evaluate
 
 def default(func, name): return inspect.signature(func).parameters[name].default
-EVAL_EVERY, EVAL_EPISODES, EVAL_SEED = (default(train, k) for k in ('eval_every', 'eval_episodes', 'eval_seed'))   # `fastrl_per train`'s
+EVAL_EVERY, EVAL_EPISODES, CONFIRM_EPISODES, EVAL_SEED = (default(train, k) for k in ('eval_every', 'eval_episodes', 'confirm_episodes', 'eval_seed'))   # `fastrl_per train`'s
 FINAL_EPISODES, FINAL_SEED = default(evaluate, 'episodes'), default(evaluate, 'seed')                              # `fastrl_per evaluate`'s
 
 def q_stats(learner) -> dict:
@@ -37,12 +38,12 @@ def run(args):
     torch.set_num_threads(1)
     learner = Learner(env, replay=replay, seed=seed, total_steps=steps, **kwargs)
     start, solved_at, peak, losses = time.process_time(), None, -np.inf, []
-    best_score, best_model, next_eval = -np.inf, None, EVAL_EVERY
+    choice, best_model, next_eval = BestNetwork(eval_episodes, CONFIRM_EPISODES, EVAL_SEED), None, EVAL_EVERY   # the command's choice of best.pt
     evaluated_at = None
     def evaluate(frame, recent):
-        nonlocal best_score, best_model, next_eval, evaluated_at
-        score, next_eval, evaluated_at = evaluate_greedily(learner, eval_episodes, EVAL_SEED), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
-        if score >= best_score: best_score, best_model = score, copy.deepcopy(learner.model.state_dict())
+        nonlocal best_model, next_eval, evaluated_at
+        score, next_eval, evaluated_at = choice.evaluate(learner), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
+        if choice.keep(score, choice.confirm(learner, score)): best_model = copy.deepcopy(learner.model.state_dict())
         print(f"seed {seed} {replay}: step {frame:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
     recent = -np.inf
     for row in learner.iterate(steps):

@@ -20,8 +20,8 @@ from .checks import save_atomically, write_atomically
 __all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'is_run', 'check_new_run_dir', 'remove_orphans', 'share_mode',
            'save_checkpoint', 'load_checkpoint', 'read_metrics', 'keep_metrics_until', 'RunMismatchWarning',
            'installed_version', 'git_revision', 'cpu_model', 'software', 'machine', 'space_shapes', 'now',
-           'start_manifest', 'write_manifest', 'read_manifest', 'manifest_differences', 'save_best', 'load_best',
-           'save_run']
+           'start_manifest', 'write_manifest', 'read_manifest', 'manifest_differences', 'save_best', 'confirmed_return',
+           'load_best', 'save_run']
 
 # %% ../nbs/07a_rundir.ipynb #bb8d6905
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -178,11 +178,19 @@ def manifest_differences(manifest:dict|None) -> list[str]:
     return lines
 
 # %% ../nbs/07a_rundir.ipynb #382db04e
-def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int):
+def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int,
+              confirmed:float|None=None, # the mean over these `episodes` and `confirm_episodes` more (None: `score`)
+              confirm_episodes:int=0): # the episodes after them (seeds `seed + episodes`, ...) that confirmed it
     "Write `learner`'s network and how it was evaluated to `run_dir/best.pt`, atomically."
     save_atomically(dict(learner=type(learner).__name__, config=learner.config, model=learner.model.state_dict(),
-                         frame=frame, update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed),
+                         frame=frame, update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed,
+                         confirmed_return=score if confirmed is None else confirmed,
+                         confirm_episodes=confirm_episodes),
                     Path(run_dir) / 'best.pt')
+
+def confirmed_return(best:dict) -> float:
+    "The mean `best` was chosen by: over its confirming episodes too (a best.pt written before them: its evaluation)."
+    return best.get('confirmed_return', best['eval_return'])
 
 def load_best(run_dir) -> dict|None:
     "`run_dir`'s best.pt (network, step and score of the best evaluation), None for a run without one."

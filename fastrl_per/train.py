@@ -14,15 +14,15 @@ from .apex import ApexRun, ReplayLost
 from .atari import make_env
 from .envs import check_env_id
 from .checks import check_int, check_number
-from .rundir import (METRIC_COLUMNS, check_new_run_dir, keep_metrics_until, load_best, load_checkpoint,
-                               manifest_differences, read_manifest, remove_orphans, RunMismatchWarning, save_best,
-                               save_run, share_mode, start_manifest, now, write_manifest)
+from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
+                               load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
+                               save_best, save_run, share_mode, start_manifest, now, write_manifest)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, restore_learner, resume_learner
 
 # %% auto #0
 __all__ = ['RunInterrupted', 'StopSignals', 'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed',
-           'evaluate_greedily', 'TrainLoop', 'train', 'check_video_extra', 'evaluate']
+           'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train', 'check_video_extra', 'evaluate']
 
 # %% ../nbs/07d_train.ipynb #05902318
 class RunInterrupted(Exception):
@@ -128,22 +128,52 @@ def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
      "carried state stay as they are.")
     return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
 
+# %% ../nbs/07d_train.ipynb #3eab2c1e
+class BestNetwork:
+    ("Which evaluated network a run keeps: greedy evaluations of `episodes` episodes from seed `seed`; one that ties "
+     "or beats the best's is confirmed on `confirm_episodes` more (the seeds after), and kept if its mean over all of "
+     "them ties or beats the best's. `best`: a best.pt to go on from.")
+    def __init__(self, episodes:int, confirm_episodes:int, seed:int, best:dict|None=None):
+        self.episodes, self.confirm_episodes, self.seed = episodes, confirm_episodes, seed
+        # the kept network's evaluation, and its mean over the confirming episodes too
+        self.score = -math.inf if best is None else best['eval_return']
+        self.confirmed = -math.inf if best is None else confirmed_return(best)
+
+    def evaluate(self, learner:Learner) -> float:
+        "The mean return of `learner`'s network over the evaluation's episodes."
+        return evaluate_greedily(learner, self.episodes, self.seed)
+
+    def confirm(self, learner:Learner, score:float) -> float|None:
+        ("The mean over the evaluation (`score`) and `confirm_episodes` more if `score` ties or beats the kept "
+         "network's; None if it does not.")
+        if score < self.score: return None
+        if not self.confirm_episodes: return score
+        more = evaluate_greedily(learner, self.confirm_episodes, self.seed + self.episodes)
+        return (score * self.episodes + more * self.confirm_episodes) / (self.episodes + self.confirm_episodes)
+
+    def keep(self, score:float, confirmed:float|None) -> bool:
+        "Whether the network evaluated at `score`, `confirmed` (`confirm`'s), is now the one kept."
+        if confirmed is None or confirmed < self.confirmed: return False
+        self.score, self.confirmed = score, confirmed
+        return True
+
 # %% ../nbs/07d_train.ipynb #fcc4243f
 class TrainLoop:
     ("A run's loop: pulls `learner`'s rows leg by leg, writes metrics rows, TensorBoard points and checkpoints, "
      "evaluates greedily.")
     def __init__(self, learner, run_dir:Path, manifest:dict, updates:int, threshold:float|None, eval_every:int,
-                 eval_episodes:int, eval_seed:int, log_every:int, checkpoint_every:int, notes:list[str]):
+                 eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int, checkpoint_every:int,
+                 notes:list[str]):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
         self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
         self.updates, self.threshold = updates, threshold
-        self.eval_every, self.eval_episodes, self.eval_seed = eval_every, eval_episodes, eval_seed
+        self.eval_every = eval_every
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
         # the env step of the last checkpoint; of the last progress line
         self.saved = self.shown = learner.episodes.env_steps
         self.n_returns = len(learner.episodes.returns)      # the episodes already on the board
         self.best = load_best(run_dir)
-        self.best_score = -math.inf if self.best is None else self.best['eval_return']
+        self.choice = BestNetwork(eval_episodes, confirm_episodes, eval_seed, self.best)
         self.final = None   # (step, score) of the last evaluation
         self.next_eval = (self.saved // eval_every + 1) * eval_every if eval_every else math.inf
         # finished: the budget or the threshold is reached; ending: the stream is told to stop
@@ -151,13 +181,18 @@ class TrainLoop:
         self.board = self.bar = self.stop = None
 
     def evaluate(self, frame:int, update:int) -> float:
-        "Greedy episodes of the network as it is now, recorded at `frame`; best.pt if it ties or beats the best."
-        score = evaluate_greedily(self.learner, self.eval_episodes, self.eval_seed)
+        ("Greedy episodes of the network as it is now, recorded at `frame`; confirmed if they tie or beat the best's, "
+         "best.pt if `self.choice` keeps it.")
+        choice = self.choice
+        score = choice.evaluate(self.learner)
         self.final = (frame, score)
         self.board.add('return/eval', score, frame)
-        if score >= self.best_score:
-            save_best(self.run_dir, self.learner, frame, update, score, self.eval_episodes, self.eval_seed)
-            self.best_score, self.best = score, dict(frame=frame, eval_return=score)
+        confirmed = choice.confirm(self.learner, score)
+        if confirmed is not None and choice.confirm_episodes: self.board.add('return/confirmed', confirmed, frame)
+        if choice.keep(score, confirmed):
+            save_best(self.run_dir, self.learner, frame, update, score, choice.episodes, choice.seed, confirmed,
+                      choice.confirm_episodes)
+            self.best = dict(frame=frame, eval_return=score, confirmed_return=confirmed)
         return score
 
     def failed(self, step:int, why) -> ValueError:
@@ -265,6 +300,9 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           # env steps between greedy evaluations on an env of their own, and one at the end (0: none); best: best.pt
           eval_every:int=2_500,
           eval_episodes:int=10, # greedy episodes per evaluation (as many as `evaluate` plays)
+          # more greedy episodes for an evaluation that ties or beats the best one's; best.pt: the best mean over
+          # all of them (0: the best evaluation)
+          confirm_episodes:int=30,
           # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds
           eval_seed:int=1_000_000_000,
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
@@ -278,11 +316,12 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
      "to the run directory.")
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
+    check_int('confirm_episodes', confirm_episodes, low=0)
     require_cli_extra()
     torch.set_num_threads(threads)
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
-        if eval_every: check_eval_seed(eval_seed, eval_episodes, learner.config)
+        if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
         if isinstance(learner, ApexRun): learner.start()   # Ray, actors before any file: a failed start writes none
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     manifest = start_manifest(learner, previous)
@@ -292,7 +331,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
                                       f"{size_text(learner.replay_nbytes)} once full\n")
     loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
-                     eval_every, eval_episodes, eval_seed, log_every, checkpoint_every, notes)
+                     eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes)
     loop.run(progress, resumed=resume is not None)
     return loop.summary()
 

@@ -47,6 +47,19 @@ def point_steps(frames, every, start=0):
     return [f for prev, f in zip([start] + frames, frames) if f // every != prev // every]
 
 
+def chosen(evals, confirmed):
+    """The frame best.pt should hold: an evaluation (frame, score) that ties or beats the best one's is confirmed
+    (`confirmed`: frame → its mean over the confirming episodes too); it becomes the best if that ties or beats the
+    best's. Also checks that exactly those evaluations were confirmed."""
+    best, candidates = None, []
+    for frame, score in evals:
+        if best is not None and score < best[1]: continue
+        candidates.append(frame)
+        if best is None or confirmed[frame] >= best[2]: best = (frame, score, confirmed[frame])
+    assert sorted(confirmed) == candidates
+    return best[0]
+
+
 @pytest.fixture(scope='module')
 def evaluated_run(tmp_path_factory):
     "A 300-step run evaluated every 100 env steps, logging every 50."
@@ -60,10 +73,12 @@ def test_evaluations_go_to_metrics_and_the_best_to_best_pt(evaluated_run):
     evals = [(int(r['frame']), float(r['eval_return'])) for r in rows if r['eval_return']]
     assert [f for f, _ in evals] == [100, 200, 300]
     best = torch.load(evaluated_run / 'best.pt', weights_only=True)
-    top = max(s for _, s in evals)
-    assert best['eval_return'] == pytest.approx(top, rel=1e-5)
-    assert best['frame'] == max(f for f, s in evals if s == pytest.approx(top, rel=1e-5))  # a later tie replaces it
-    assert (best['eval_episodes'], best['eval_seed'], best['learner']) == (2, 10 ** 9, 'Learner')
+    confirmed = dict(scalars(evaluated_run)['return/confirmed'])
+    assert best['frame'] == chosen(evals, confirmed)   # a later tie replaces it
+    assert best['eval_return'] == pytest.approx(dict(evals)[best['frame']], rel=1e-5)
+    assert best['confirmed_return'] == pytest.approx(confirmed[best['frame']], rel=1e-5)
+    assert (best['eval_episodes'], best['confirm_episodes'], best['eval_seed'], best['learner']) == \
+        (2, 30, 10 ** 9, 'Learner')
     assert (evaluated_run / 'plot.png').exists()
 
 
@@ -104,9 +119,8 @@ def test_resume_keeps_the_best_so_far(tmp_path):
     evals = [(int(r['frame']), float(r['eval_return'])) for r in metrics(out) if r['eval_return']]
     assert [f for f, _ in evals] == [100, 200, 300, 400]
     best = torch.load(out / 'best.pt', weights_only=True)
-    top = max(s for _, s in evals)
-    assert best['eval_return'] == pytest.approx(top, rel=1e-5) and best['eval_return'] >= first['eval_return']
-    assert best['frame'] == max(f for f, s in evals if s == pytest.approx(top, rel=1e-5))
+    assert best['frame'] == chosen(evals, dict(scalars(out)['return/confirmed']))   # the first leg's best competes
+    assert best['confirmed_return'] >= first['confirmed_return']
 
 
 def test_evaluate_plays_best_pt_unless_latest(evaluated_run, tmp_path):
@@ -137,6 +151,7 @@ def test_evaluate_plays_best_pt_unless_latest(evaluated_run, tmp_path):
 def test_a_bad_eval_setting_is_one_line_and_writes_nothing(tmp_path):
     for args, message in [(('--eval-seed', 100), '--eval-seed 100 would evaluate on the training env'),
                           (('--eval-episodes', 0), 'eval_episodes must be an int >= 1'),
+                          (('--confirm-episodes', -1), 'confirm_episodes must be an int >= 0'),
                           (('--eval-every', -1), 'eval_every must be an int >= 0'),
                           (('--log-every', 0), 'log_every must be an int >= 1')]:
         done = run('train', '--out', tmp_path / 'run', '--steps', 100, *args)
@@ -209,7 +224,8 @@ def test_a_budget_ending_on_open_n_step_windows_still_evaluates_the_final_networ
     probe.fit(400)
     end = next(frame for frame, _ in probe.episodes.returns if frame > 150)   # an episode ends at step `end`: step end + 1 opens a window only
     out = tmp_path / 'run'
-    train(out=str(out), total_steps=end + 1, bs=16, n_step=3, eval_every=100, eval_episodes=2, solved=0, progress=False)
+    train(out=str(out), total_steps=end + 1, bs=16, n_step=3, eval_every=100, eval_episodes=2, confirm_episodes=0,
+          solved=0, progress=False)   # the best evaluation alone chooses best.pt
     rows = metrics(out)
     assert int(rows[-1]['frame']) == end and rows[-1]['eval_return'] != ''   # the final evaluation, on the last update's row
     assert len(rows) == int(rows[-1]['update'])                               # still one row per update
