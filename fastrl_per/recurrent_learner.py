@@ -161,8 +161,8 @@ class RecurrentLearner(Learner):
                  recurrent_state:str='stored', # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
                  bs:int=32, # sequences per batch
                  lr:float=1e-3, # Adam learning rate
-                 # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
-                 lr_end:float|None=None,
+                 # learning rate reached linearly by the last planned env step (None: `lr` throughout)
+                 lr_end:float|None=1e-4,
                  alpha:float=0.6, # prioritization exponent
                  beta:float=0.4, # importance-sampling exponent at the start
                  eta:float=0.9, # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
