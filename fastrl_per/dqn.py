@@ -242,7 +242,8 @@ class OptimizerStep(IterDataPipe):
             yield ts
 
 def adam(model:nn.Module, lr:float) -> torch.optim.Adam:
-    "Adam on `model`'s parameters, fused into one kernel where torch has one for them."
+    "Adam on `model`'s parameters, fused into one kernel where torch has one for them; `lr` must be > 0."
+    check_number('lr', lr, low_ok=False)   # at 0 a run would train nothing and say nothing
     params = list(model.parameters())
     fused = all(p.is_floating_point() and p.device.type in ('cpu', 'cuda') for p in params)
     return torch.optim.Adam(params, lr=lr, fused=fused)

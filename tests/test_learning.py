@@ -48,6 +48,13 @@ def test_bad_lr_end_is_named(make, bad):
     with pytest.raises(ValueError, match='lr_end'): make(seed=0, total_steps=100, lr_end=bad)
 
 
+@pytest.mark.parametrize('make', [Learner, RecurrentLearner])
+@pytest.mark.parametrize('bad', [0., -1e-3, float('inf')])
+def test_bad_lr_is_named(make, bad):
+    "A learning rate of 0 would train nothing and say nothing."
+    with pytest.raises(ValueError, match=r'^lr must be a finite number > 0'): make(seed=0, total_steps=100, lr=bad)
+
+
 def test_the_recurrent_command_anneals_to_lr_end(tmp_path):
     run = tmp_path / 'rec'
     done = subprocess.run([sys.executable, '-m', 'fastrl_per', 'train', '--model', 'recurrent', '--steps', '600',
