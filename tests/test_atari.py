@@ -118,7 +118,9 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     assert len(rows) == 36 and not (out / 'best.pt').exists()
     manifest = (out / 'run.json').read_text()
     assert '"observation_shape": [\n    4,\n    84,\n    84\n  ]' in manifest and '"replay_bytes"' in manifest
-    resumed = run('train', '--resume', out, '--steps', 280, '--no-progress', '--eval-every', 10_000, '--eval-episodes', 1)
+    # one evaluation episode, not confirmed: Pong episodes are long, and confirmation is tested on CartPole (test_eval_tb)
+    resumed = run('train', '--resume', out, '--steps', 280, '--no-progress', '--eval-every', 10_000, '--eval-episodes', 1,
+                  '--confirm-episodes', 0)
     assert '280 steps, 56 updates' in resumed.stdout and 'best network (best.pt): greedy' in resumed.stdout
     assert torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps'] == 280
     rows = metric_rows(out)
