@@ -5,7 +5,7 @@ CartPole-v1, -100 on Acrobot-v1), and the greedy score of the network `fastrl_pe
 Each run does what `fastrl_per train` does at its defaults: it trains until the mean of 20
 reaches the threshold (or the step budget runs out; `--full`: always the whole budget),
 evaluates greedily every 2,500 steps and at the end (10 episodes on the command's evaluation
-seeds; one that ties or beats the best is confirmed on 30 more) and keeps the best network, as the
+seeds; one that beats the kept network's mean is confirmed on 30 more) and keeps the best network, as the
 command's `BestNetwork` chooses it; that network then plays 10 greedy episodes as
 `fastrl_per evaluate` does (seeds 10,000 on). Results vary a lot by seed, so every seed is
 printed, with what the network had become: the largest mean of 20 on the way, the last
@@ -43,7 +43,7 @@ def run(args):
     def evaluate(frame, recent):
         nonlocal best_model, next_eval, evaluated_at
         score, next_eval, evaluated_at = choice.evaluate(learner), (frame // EVAL_EVERY + 1) * EVAL_EVERY, frame
-        if choice.keep(score, choice.confirm(learner, score)): best_model = copy.deepcopy(learner.model.state_dict())
+        if choice.keep(choice.confirm(learner, score)): best_model = copy.deepcopy(learner.model.state_dict())
         print(f"seed {seed} {replay}: step {frame:,}, mean-20 {recent:.1f}, greedy evaluation {score:.1f}", flush=True)
     recent = -np.inf
     for row in learner.iterate(steps):

@@ -130,13 +130,12 @@ def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
 
 # %% ../nbs/07d_train.ipynb #3eab2c1e
 class BestNetwork:
-    ("Which evaluated network a run keeps: greedy evaluations of `episodes` episodes from seed `seed`; one that ties "
-     "or beats the best's is confirmed on `confirm_episodes` more (the seeds after), and kept if its mean over all of "
-     "them ties or beats the best's. `best`: a best.pt to go on from.")
+    ("Which evaluated network a run keeps: greedy evaluations of `episodes` episodes from seed `seed`; one that beats "
+     "the kept network's mean is confirmed on `confirm_episodes` more (the seeds after), and kept if its mean over all "
+     "of them still beats it. `best`: a best.pt to go on from.")
     def __init__(self, episodes:int, confirm_episodes:int, seed:int, best:dict|None=None):
         self.episodes, self.confirm_episodes, self.seed = episodes, confirm_episodes, seed
-        # the kept network's evaluation, and its mean over the confirming episodes too
-        self.score = -math.inf if best is None else best['eval_return']
+        # the kept network's mean over its evaluation and confirming episodes
         self.confirmed = -math.inf if best is None else confirmed_return(best)
 
     def evaluate(self, learner:Learner) -> float:
@@ -144,17 +143,17 @@ class BestNetwork:
         return evaluate_greedily(learner, self.episodes, self.seed)
 
     def confirm(self, learner:Learner, score:float) -> float|None:
-        ("The mean over the evaluation (`score`) and `confirm_episodes` more if `score` ties or beats the kept "
-         "network's; None if it does not.")
-        if score < self.score: return None
+        ("The mean over the evaluation (`score`) and `confirm_episodes` more if `score` beats the kept network's "
+         "mean; None if it does not.")
+        if score <= self.confirmed: return None
         if not self.confirm_episodes: return score
         more = evaluate_greedily(learner, self.confirm_episodes, self.seed + self.episodes)
         return (score * self.episodes + more * self.confirm_episodes) / (self.episodes + self.confirm_episodes)
 
-    def keep(self, score:float, confirmed:float|None) -> bool:
-        "Whether the network evaluated at `score`, `confirmed` (`confirm`'s), is now the one kept."
-        if confirmed is None or confirmed < self.confirmed: return False
-        self.score, self.confirmed = score, confirmed
+    def keep(self, confirmed:float|None) -> bool:
+        "Whether the network whose mean `confirm` gave as `confirmed` is now the one kept."
+        if confirmed is None or confirmed <= self.confirmed: return False
+        self.confirmed = confirmed
         return True
 
 # %% ../nbs/07d_train.ipynb #fcc4243f
@@ -181,7 +180,7 @@ class TrainLoop:
         self.board = self.bar = self.stop = None
 
     def evaluate(self, frame:int, update:int) -> float:
-        ("Greedy episodes of the network as it is now, recorded at `frame`; confirmed if they tie or beat the best's, "
+        ("Greedy episodes of the network as it is now, recorded at `frame`; confirmed if they beat the kept network's, "
          "best.pt if `self.choice` keeps it.")
         choice = self.choice
         score = choice.evaluate(self.learner)
@@ -189,7 +188,7 @@ class TrainLoop:
         self.board.add('return/eval', score, frame)
         confirmed = choice.confirm(self.learner, score)
         if confirmed is not None and choice.confirm_episodes: self.board.add('return/confirmed', confirmed, frame)
-        if choice.keep(score, confirmed):
+        if choice.keep(confirmed):
             save_best(self.run_dir, self.learner, frame, update, score, choice.episodes, choice.seed, confirmed,
                       choice.confirm_episodes)
             self.best = dict(frame=frame, eval_return=score, confirmed_return=confirmed)
@@ -300,7 +299,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           # env steps between greedy evaluations on an env of their own, and one at the end (0: none); best: best.pt
           eval_every:int=2_500,
           eval_episodes:int=10, # greedy episodes per evaluation (as many as `evaluate` plays)
-          # more greedy episodes for an evaluation that ties or beats the best one's; best.pt: the best mean over
+          # more greedy episodes for an evaluation that beats the kept network's mean; best.pt: the best mean over
           # all of them (0: the best evaluation)
           confirm_episodes:int=30,
           # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds

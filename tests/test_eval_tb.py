@@ -48,14 +48,14 @@ def point_steps(frames, every, start=0):
 
 
 def chosen(evals, confirmed):
-    """The frame best.pt should hold: an evaluation (frame, score) that ties or beats the best one's is confirmed
-    (`confirmed`: frame → its mean over the confirming episodes too); it becomes the best if that ties or beats the
-    best's. Also checks that exactly those evaluations were confirmed."""
+    """The frame best.pt should hold: an evaluation (frame, score) that beats the kept network's mean is confirmed
+    (`confirmed`: frame → its mean over the confirming episodes too); it is kept if that still beats the kept mean,
+    so the first of equals stays. Also checks that exactly those evaluations were confirmed."""
     best, candidates = None, []
     for frame, score in evals:
-        if best is not None and score < best[1]: continue
+        if best is not None and score <= best[1]: continue
         candidates.append(frame)
-        if best is None or confirmed[frame] >= best[2]: best = (frame, score, confirmed[frame])
+        if best is None or confirmed[frame] > best[1]: best = (frame, confirmed[frame])
     assert sorted(confirmed) == candidates
     return best[0]
 
@@ -74,7 +74,7 @@ def test_evaluations_go_to_metrics_and_the_best_to_best_pt(evaluated_run):
     assert [f for f, _ in evals] == [100, 200, 300]
     best = torch.load(evaluated_run / 'best.pt', weights_only=True)
     confirmed = dict(scalars(evaluated_run)['return/confirmed'])
-    assert best['frame'] == chosen(evals, confirmed)   # a later tie replaces it
+    assert best['frame'] == chosen(evals, confirmed)
     assert best['eval_return'] == pytest.approx(dict(evals)[best['frame']], rel=1e-5)
     assert best['confirmed_return'] == pytest.approx(confirmed[best['frame']], rel=1e-5)
     assert (best['eval_episodes'], best['confirm_episodes'], best['eval_seed'], best['learner']) == \
