@@ -16,7 +16,7 @@ __all__ = ['check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_
 def check_int(name:str, value, low:int=1) -> int:
     "`value` as an `int`; a `ValueError` naming `value` unless it is an int >= `low`."
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        raise ValueError(f"{name}={value!r} is not an int >= {low}")
     return int(value)
 
 def check_number(name:str, value, low:float=0., low_ok:bool=True) -> float:
@@ -24,7 +24,7 @@ def check_number(name:str, value, low:float=0., low_ok:bool=True) -> float:
      "(or equal, if `low_ok`).")
     ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (value == low and not low_ok):
-        raise ValueError(f"{name} must be a finite number {'>=' if low_ok else '>'} {low}, got {value!r}")
+        raise ValueError(f"{name}={value!r} is not a finite number {'>=' if low_ok else '>'} {low}")
     return float(value)
 
 # %% ../nbs/00_checks.ipynb #b2cae088

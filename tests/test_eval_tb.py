@@ -150,10 +150,10 @@ def test_evaluate_plays_best_pt_unless_latest(evaluated_run, tmp_path):
 
 def test_a_bad_eval_setting_is_one_line_and_writes_nothing(tmp_path):
     for args, message in [(('--eval-seed', 100), '--eval-seed 100 would evaluate on the training env'),
-                          (('--eval-episodes', 0), 'eval_episodes must be an int >= 1'),
-                          (('--confirm-episodes', -1), 'confirm_episodes must be an int >= 0'),
-                          (('--eval-every', -1), 'eval_every must be an int >= 0'),
-                          (('--log-every', 0), 'log_every must be an int >= 1')]:
+                          (('--eval-episodes', 0), '--eval-episodes 0 is not an int >= 1'),
+                          (('--confirm-episodes', -1), '--confirm-episodes -1 is not an int >= 0'),
+                          (('--eval-every', -1), '--eval-every -1 is not an int >= 0'),
+                          (('--log-every', 0), '--log-every 0 is not an int >= 1')]:
         done = run('train', '--out', tmp_path / 'run', '--steps', 100, *args)
         assert done.returncode == 1 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / 'run').exists() or not any((tmp_path / 'run').iterdir())

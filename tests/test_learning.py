@@ -52,7 +52,7 @@ def test_bad_lr_end_is_named(make, bad):
 @pytest.mark.parametrize('bad', [0., -1e-3, float('inf')])
 def test_bad_lr_is_named(make, bad):
     "A learning rate of 0 would train nothing and say nothing."
-    with pytest.raises(ValueError, match=r'^lr must be a finite number > 0'): make(seed=0, total_steps=100, lr=bad)
+    with pytest.raises(ValueError, match=rf'^lr={bad!r} is not a finite number > 0'): make(seed=0, total_steps=100, lr=bad)
 
 
 def test_the_recurrent_command_anneals_to_lr_end(tmp_path):

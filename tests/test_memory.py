@@ -197,7 +197,7 @@ def _bad_shape(er): er.add(make_step(99, state_dim=3))
 
 BAD_INPUT = [
     # id, buffer to build first (or None), action, exception, substrings of the message
-    ('bs<1', None, lambda _: ExperienceReplay(None, bs=0), ValueError, ['bs', 'got 0']),
+    ('bs<1', None, lambda _: ExperienceReplay(None, bs=0), ValueError, ['bs=0 is not an int >= 1']),
     ('sample bs<1', lambda: filled(5), lambda er: er.sample(-2), ValueError, ['bs', '-2']),
     ('max_sz<1', None, lambda _: ExperienceReplay(None, max_sz=-3), ValueError, ['max_sz', '-3']),
     ('bs>max_sz', None, lambda _: ExperienceReplay(None, bs=7, max_sz=5), ValueError, ['bs (7)', 'max_sz (5)']),

@@ -2,6 +2,7 @@
 against a brute-force reference, composition with both buffers on real CartPole, bad input."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -224,7 +225,7 @@ def test_prioritized_feedback_of_nstep_td_errors():
 
 @pytest.mark.parametrize('n', [0, -1, 2.5, True, '3', None])
 def test_bad_n(n):
-    with pytest.raises(ValueError, match=f"n must be an int >= 1, got {n!r}"): NStepTransitions(IterableWrapper([]), n, 0.9)
+    with pytest.raises(ValueError, match=re.escape(f"n={n!r} is not an int >= 1")): NStepTransitions(IterableWrapper([]), n, 0.9)
 
 
 @pytest.mark.parametrize('gamma', [-0.01, 1.01, float('nan'), float('inf'), '0.9', None, True])
