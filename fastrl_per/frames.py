@@ -10,7 +10,7 @@ import torch
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
 from .memory import (step_columns, packed_dtype, RingStorage, schema_of, check_lengths, check_columns,
-                               check_schema, check_saved_count)
+                               check_schema, check_saved_count, FieldWriter)
 
 # %% auto #0
 __all__ = ['IMAGE_FIELDS', 'ROW_LINKS', 'RINGS', 'SAVED', 'check_stacks', 'FrameStorage']
@@ -94,6 +94,8 @@ class FrameStorage:
         self.schema = schema_of({n: columns[n] for n in self.order})
         self.frame_slots = self.slots_for(self.stack_shape[0])
         for n, a in rings.items(): setattr(self, n, a)
+        stack = (np.dtype(np.uint8), self.stack_shape)
+        self.writer = FieldWriter(dict(self.schema, state=stack, next_state=stack))   # fields given as keywords
 
     def check(self, columns:dict) -> int:
         "Raise a `ValueError` if `columns` do not fit the stored ones; return their row count."
@@ -195,7 +197,17 @@ class FrameStorage:
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step; return its slot."
-        return int(self.write(step_columns(step))[0])
+        slots = self.write_fields(step.as_dict(), batch=False)
+        return int((self.write(step_columns(step)) if slots is None else slots)[0])
+
+    def write_fields(self, fields, batch:bool) -> np.ndarray|None:
+        """Write one transition (`batch=False`) or a batch given as fields (`FieldWriter`) with no `SimpleStep` between:
+        their slots; None, with nothing written, before the schema is fixed or for fields that do not fit it exactly."""
+        got = None if self.rows is None else self.writer.columns(fields, batch)
+        if got is None: return None
+        (out, k), schema = got, self.writer.schema
+        full = lambda n, a: np.broadcast_to(a, (k, *schema[n][1])) if batch else a[None]
+        return self.write({n: full(n, np.asarray(a, schema[n][0])) for n, a in out.items()})
 
     # Which slots can be sampled: the protocol a buffer draws through (`RingStorage`'s is trivial)
     def valid(self, idxs) -> np.ndarray:

@@ -4,9 +4,8 @@
 
 # %% ../nbs/03_memory.ipynb #3fae7678
 from __future__ import annotations
-import functools, json, math, threading
+import functools, inspect, json, math, threading
 from collections.abc import Mapping
-from operator import attrgetter
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
@@ -17,10 +16,11 @@ from .state import Stateful, check_keys, check_version
 
 
 # %% auto #0
-__all__ = ['IMAGE_PAIR', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema',
-           'check_lengths', 'check_columns', 'as_steps', 'field_schema', 'declared_schema', 'RowBatch',
-           'check_saved_count', 'RingStorage', 'MemoryView', 'locked', 'BufferCore', 'check_state_header',
-           'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'ReplayBuffer', 'ExperienceReplay']
+__all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
+           'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
+           'field_schema', 'declared_schema', 'RowBatch', 'check_saved_count', 'RingStorage', 'MemoryView', 'locked',
+           'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage',
+           'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -97,6 +97,8 @@ def check_columns(columns:dict, schema:dict|None) -> int:
                              f"schema {describe(schema)}")
     return k
 
+REQUIRED = ('state', 'action', 'reward', 'next_state', 'terminated')   # what a transition given as keywords needs
+
 def as_steps(steps, fields:dict, batch:bool):
     """What `add` (`batch=False`) or `extend` stores: a step or list as given; keywords or a mapping as a `SimpleStep`,
     checked to be one transition or a batch."""
@@ -105,7 +107,7 @@ def as_steps(steps, fields:dict, batch:bool):
                         f"(got {type(steps).__name__} and {sorted(fields)})")
     if isinstance(steps, Mapping): fields = dict(steps)
     elif steps is not None: return steps
-    missing = [n for n in ('state', 'action', 'reward', 'next_state', 'terminated') if n not in fields]
+    missing = [n for n in REQUIRED if n not in fields]
     if missing:
         raise TypeError(f"a transition needs state, action, reward, next_state and terminated; missing {missing}")
     step = SimpleStep(**fields)
@@ -118,6 +120,74 @@ def as_steps(steps, fields:dict, batch:bool):
                          "give them a leading batch axis, or use add")
     return step
 
+
+# %% ../nbs/03_memory.ipynb #a7e1f002
+FIELD_DEFAULTS = {n: p.default for n, p in inspect.signature(SimpleStep).parameters.items()
+                  if p.default is not p.empty and n not in REQUIRED}   # the one-number fields a caller may leave out
+_SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float32)}   # torch's reading
+_F32 = np.dtype(np.float32)
+
+def field_array(value) -> tuple|None:
+    """`(value, dtype, shape)`: a Python number as it is, a tensor as a numpy array (copied to the host if need be), an
+    array as given, with the dtype `SimpleStep` gives it (floats become float32); None for anything else (a list)."""
+    dtype = _SCALAR_DTYPES.get(type(value))
+    if dtype is not None: return value, dtype, ()
+    if isinstance(value, torch.Tensor):
+        try: value = value.numpy(force=True)
+        except (TypeError, RuntimeError): return None   # bfloat16 and the like: numpy has no such dtype
+    elif not isinstance(value, (np.ndarray, np.generic)): return None
+    kind = value.dtype.kind
+    return None if kind not in 'biuf' else (value, _F32 if kind == 'f' else value.dtype, value.shape)
+
+class FieldWriter:
+    """Fields given as keywords laid out as a fixed schema's columns, as `add`/`extend` through a `SimpleStep` would
+    store them: a one-number field takes any bool, int or (but for the int ones) float value and is cast to its dtype,
+    every other field must have the schema's dtype and shape; the one-number fields left out take their defaults."""
+    def __init__(self, schema:dict):
+        self.schema, self.layout = schema, unflatten_fields({n: n for n in schema})   # field -> column or {key: column}
+        self.nested = any(isinstance(c, dict) for c in self.layout.values())   # a dict field: its keys spread first
+        self.defaults = {n: schema[n][0].type(v) for n, v in FIELD_DEFAULTS.items() if n in schema}
+        numbers = {n: 'biu' if schema[n][0].kind in 'iu' else 'biuf' for n in FIELD_DTYPES if n in schema}
+        bounds = lambda d: (int(np.iinfo(d).min), int(np.iinfo(d).max)) if d.kind in 'iu' else None
+        self.specs = {n: (d, shape, numbers.get(n), bounds(d)) for n, (d, shape) in schema.items()}
+
+    def spread(self, fields:Mapping) -> dict|None:
+        "`fields` with each dict field's keys as `name.key` columns; None if a dict field's keys are not the schema's."
+        flat = {}
+        for name, value in fields.items():
+            cols = self.layout.get(name)
+            if not isinstance(cols, dict): flat[name] = value
+            elif isinstance(value, dict) and value.keys() == cols.keys():
+                for key, v in value.items(): flat[cols[key]] = v
+            else: return None
+        return flat
+
+    def columns(self, fields:Mapping, batch:bool) -> tuple[dict, int]|None:
+        """`({column: value}, rows)` for one transition (`batch=False`: the values themselves) or a batch of rows;
+        None unless `fields` fit the schema exactly (the `SimpleStep` path then stores them or raises its error)."""
+        if self.nested and (fields := self.spread(fields)) is None: return None
+        out, k, counted = dict(self.defaults), None if batch else 1, not batch
+        for col, v in fields.items():
+            spec = self.specs.get(col)
+            if spec is None: return None
+            want, per_row, kinds, bounds = spec
+            if type(v) is np.ndarray and v.dtype.kind in 'biu': dtype, shape = v.dtype, v.shape   # the usual first
+            elif type(v) is np.ndarray and v.dtype.kind == 'f': dtype, shape = _F32, v.shape
+            elif (got := field_array(v)) is None: return None
+            else: v, dtype, shape = got
+            if kinds is None and dtype != want or kinds is not None and dtype.kind not in kinds: return None
+            if not batch:
+                if shape != per_row: return None
+                if bounds is not None and type(v) is int and not bounds[0] <= v <= bounds[1]: return None
+            elif kinds is None or shape != ():   # a one-number field's single number fills every row
+                if len(shape) != len(per_row) + 1 or shape[1:] != per_row or k not in (None, shape[0]): return None
+                k, counted = shape[0], counted or kinds is not None
+            elif type(v) in _SCALAR_DTYPES:   # numpy's type now, so that no write can fail half done
+                try: v = want.type(v)
+                except (OverflowError, ValueError): return None
+            out[col] = v
+        # a batch's length comes from a one-number field, as `SimpleStep` reads it
+        return (out, k) if len(out) == len(self.schema) and counted and k else None
 
 # %% ../nbs/03_memory.ipynb #808c52b0
 def field_schema(spec):
@@ -195,7 +265,6 @@ class RingStorage:
                  declared:dict|None=None): # the column schema the first write must fit (`declared_schema`); None: any
         check_int('max_sz', max_sz)
         self.max_sz, self.n_added, self.declared = max_sz, 0, declared
-        self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
         self._hold(None)
 
     def _hold(self, rows:np.ndarray|None):
@@ -211,8 +280,7 @@ class RingStorage:
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
-        self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
-        self._signature = self._small = None
+        self.writer = FieldWriter(self.schema)
 
     @property
     def columns(self) -> dict|None:
@@ -241,30 +309,37 @@ class RingStorage:
         k = self.check(columns)
         if k == 0: return np.zeros(0, np.int64)
         if self.rows is None: self._allocate(columns)
+        return self._put(columns, k)
+
+    def write_fields(self, fields:Mapping, batch:bool) -> np.ndarray|None:
+        """Write one transition (`batch=False`) or a batch given as fields (`FieldWriter`) straight into the columns;
+        their slots; None, with nothing written, before the schema is fixed or for fields that do not fit it exactly."""
+        got = None if self.rows is None else self.writer.columns(fields, batch)
+        if got is None: return None
+        out, k = got
+        if batch: return self._put(out, k)
+        slot = self.n_added % self.max_sz
+        self.rows[slot] = tuple([out[n] for n in self.rows.dtype.names])   # one record, one call
+        self.n_added += 1
+        return np.array([slot])
+
+    def _put(self, columns:dict, k:int) -> np.ndarray:
+        "Write `k` checked rows (a 0-d value fills every row) at the ring's head; return their slots."
         slots = (self.n_added + np.arange(k)) % self.max_sz
-        if k > self.max_sz: columns, slots = {n: a[-self.max_sz:] for n, a in columns.items()}, slots[-self.max_sz:]
-        start = int(slots[0]) if len(slots) else 0
-        head = min(len(slots), self.max_sz - start)  # rows before the ring wraps
-        stored = self.columns
-        for n, a in columns.items():
-            stored[n][start:start + head] = a[:head]
-            if head < len(slots): stored[n][:len(slots) - head] = a[head:]
+        skip = max(0, k - self.max_sz)   # a batch longer than the ring keeps its newest max_sz rows
+        start, n = int(slots[skip]), k - skip
+        head = min(n, self.max_sz - start)  # rows before the ring wraps
+        for name, a in columns.items():
+            column, a = self.rows[name], a[skip:] if a.ndim else a
+            column[start:start + head] = a[:head] if a.ndim else a
+            if head < n: column[:n - head] = a[head:] if a.ndim else a
         self.n_added += k
-        return slots
+        return slots[skip:]
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step at the ring's head as one record (checked like `write`); return its slot."
-        if self.rows is None or not self._plain: return int(self.write(step_columns(step))[0])
-        if step.extra_fields != self.extra_fields: self.check(step_columns(step))   # raises unless just reordered
-        fields = attrgetter(*self.rows.dtype.names)(step)
-        signature = [(getattr(t, 'dtype', None), getattr(t, 'shape', None)) for t in fields]   # a dict: never cached
-        if signature != self._signature:   # the first single step, or one unlike the last: check it in full
-            self.check(step_columns(step))
-            self._signature, self._small = signature, [math.prod(shape) <= 64 for _, shape in signature]
-        slot = self.n_added % self.max_sz
-        self.rows[slot] = tuple([t.tolist() if small else t.numpy(force=True) for t, small in zip(fields, self._small)])
-        self.n_added += 1
-        return slot
+        slots = self.write_fields(step.as_dict(), batch=False)
+        return int((self.write(step_columns(step)) if slots is None else slots)[0])
 
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
@@ -385,8 +460,9 @@ def copier(device):
 
 
 # %% ../nbs/03_memory.ipynb #0c801855
-STORAGE_PROTOCOL = ('write', 'write_step', 'gather', 'state', 'check_saved', 'load', 'nbytes', 'n_valid', 'valid_slots',
-                    'invalid_slots')   # what a buffer calls on its storage, besides the trackers
+# what a buffer calls on its storage, besides the trackers
+STORAGE_PROTOCOL = ('write', 'write_step', 'write_fields', 'gather', 'state', 'check_saved', 'load', 'nbytes',
+                    'n_valid', 'valid_slots', 'invalid_slots')
 
 def buffer_storage(max_sz:int|None, schema:dict|None, storage):
     """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` of `max_sz` (None: 100) rows declared
@@ -440,6 +516,8 @@ class ReplayBuffer(BufferCore):
     def add(self, steps=None, /, **fields) -> np.ndarray:
         """Store one transition given as keywords (`state`, `action`, `reward`, `next_state`, `terminated`, any extra
         field) or a mapping; or a `SimpleStep`, a batch or a list of them. Return the slots written."""
+        slots = self._write_fields(steps, fields, batch=False)
+        if slots is not None: return slots
         steps = as_steps(steps, fields, batch=False)
         if isinstance(steps, SimpleStep) and not steps.is_batch: return self._add_one(steps)
         if isinstance(steps, (list, tuple)) and not steps: return np.zeros(0, np.int64)
@@ -453,7 +531,22 @@ class ReplayBuffer(BufferCore):
     def extend(self, steps=None, /, **fields) -> np.ndarray:
         """Store a batch given as keywords or a mapping whose fields share a leading length, or a `SimpleStep` batch or
         list. Return the slots written."""
-        return self.add(as_steps(steps, fields, batch=True))
+        slots = self._write_fields(steps, fields, batch=True)
+        return self.add(as_steps(steps, fields, batch=True)) if slots is None else slots
+
+    def _write_fields(self, steps, fields:dict, batch:bool) -> np.ndarray|None:
+        """Keywords or a mapping written straight into the storage (`write_fields`); None if they take the `SimpleStep`
+        path instead: the first write, anything else given, or fields that do not fit the schema exactly."""
+        if steps is not None:
+            if fields or not isinstance(steps, Mapping): return None
+            fields = steps
+        with self.lock:
+            if batch and self._unhooked: self.flush()   # the bookkeeping runs in the order of the writes
+            slots = self.storage.write_fields(fields, batch)
+            if slots is None or not len(slots): return slots
+            if batch: self._written(int(slots[0]), len(slots))
+            else: self._count_single()
+        return slots
 
     @property
     def schema(self) -> dict|None:
@@ -465,9 +558,13 @@ class ReplayBuffer(BufferCore):
         "Write one step now; `_written` runs for it with the next batch of single steps."
         with self.lock:
             slot = self.storage.write_step(step)
-            self._unhooked += 1
-            if self._unhooked >= min(self.hook_every, self.max_sz): self.flush()  # a batch never laps the ring
+            self._count_single()
         return np.array([slot])
+
+    def _count_single(self):
+        "Count one more single step written; run `_written` for the last `hook_every` of them (a batch never laps)."
+        self._unhooked += 1
+        if self._unhooked >= min(self.hook_every, self.max_sz): self.flush()
 
     @locked
     def flush(self):
