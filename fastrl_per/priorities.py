@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 from numba import njit
-from .sumtree import SumTree, last_writes, checked_leaves
+from .sumtree import SumTree, checked_leaves
 from .checks import check_int, check_number
 from .state import check_keys
 
@@ -271,17 +271,17 @@ class Priorities:
                td_errors, # float64 finite signed TD errors, one per key
                written:bool=False): # the caller has just written `keys` and sends their first priorities: no stale rule
         "Store |td| + eps for `keys` (the last repeat wins); updates for keys rewritten since their draw are dropped."
-        keys, prios = last_writes(keys, np.abs(td_errors) + self.eps)
-        leaves = self.leaves_of(prios)
-        sampled_at = self.sampled_at[keys]
-        fresh = written | (sampled_at == self.writes[keys]) | (sampled_at < 0)
-        if not fresh.all():
-            self._stale_dropped += int(len(fresh) - fresh.sum())
-            keys, prios, leaves = keys[fresh], prios[fresh], leaves[fresh]
+        prios = np.abs(td_errors) + self.eps
+        if not len(prios): return
+        try: fits = float(prios.max()) ** self._alpha <= self.ceiling   # alpha >= 0: the largest leaf is the max's
+        except OverflowError: fits = False
+        leaves = prios ** self._alpha if fits else self.leaves_of(prios)   # (leaves_of raises, naming the priority)
+        keys, leaves, stale, top = _fresh_updates(keys.copy(), prios, leaves, written, self.raw, self.active,
+                                                  self.writes, self.sampled_at)
+        self._stale_dropped += stale
         if not len(keys): return
-        self.raw[keys] = prios
-        self.tree.update_unchecked(keys, leaves * self.active[keys])   # checked above, repeats removed
-        self.max_priority = max(self.max_priority, float(prios.max()))
+        self.tree.update_unchecked(keys, leaves)   # checked above; repeats in call order, the last wins
+        self.max_priority = max(self.max_priority, top)
 
     def state_dict(self, keys) -> dict:
         "The exponents, `max_priority`, the stale-drop count and the raw priorities and write counts of `keys`."
@@ -336,6 +336,22 @@ def _first_bad(keys, errors, stored):
     for k in range(len(keys)):
         if not np.isfinite(errors[k]) or (stored >= 0 and not 0 <= keys[k] < stored): return k
     return -1
+
+@njit(cache=True)
+def _fresh_updates(keys, prios, leaves, written, raw, active, writes, sampled_at):
+    """Store `prios` as the raw priorities of `keys` in call order (the last repeat wins), but for keys written since
+    their draw (unless `written`); the keys that took their update with their leaves (0 out of the draw), the number
+    dropped, and the largest priority stored."""
+    j = 0
+    for k in range(len(keys)):
+        key = keys[k]
+        if written or sampled_at[key] < 0 or sampled_at[key] == writes[key]:
+            raw[key] = prios[k]
+            keys[j], leaves[j] = key, leaves[k] if active[key] else 0.   # j <= k: packed in place
+            j += 1
+    top = 0.
+    for k in range(j): top = max(top, raw[keys[k]])   # a repeat's last value only
+    return keys[:j], leaves[:j], len(prios) - j, top
 
 def _paired(idxs, errors, names, column:bool) -> tuple:
     "`feedback_arrays`' shapes when not two 1-d arrays of one length: (B,) and (B, 1) if `column`, else an error."
