@@ -146,7 +146,7 @@ class FieldWriter:
     def __init__(self, schema:dict):
         self.schema, self.layout = schema, unflatten_fields({n: n for n in schema})   # field -> column or {key: column}
         self.nested = any(isinstance(c, dict) for c in self.layout.values())   # a dict field: its keys spread first
-        self.defaults = {n: schema[n][0].type(v) for n, v in FIELD_DEFAULTS.items() if n in schema}
+        self.defaults = {n: np.asarray(v, schema[n][0]) for n, v in FIELD_DEFAULTS.items() if n in schema}   # 0-d
         numbers = {n: 'biu' if schema[n][0].kind in 'iu' else 'biuf' for n in FIELD_DTYPES if n in schema}
         bounds = lambda d: (int(np.iinfo(d).min), int(np.iinfo(d).max)) if d.kind in 'iu' else None
         self.specs = {n: (d, shape, numbers.get(n), bounds(d)) for n, (d, shape) in schema.items()}
@@ -182,8 +182,8 @@ class FieldWriter:
             elif kinds is None or shape != ():   # a one-number field's single number fills every row
                 if len(shape) != len(per_row) + 1 or shape[1:] != per_row or k not in (None, shape[0]): return None
                 k, counted = shape[0], counted or kinds is not None
-            elif type(v) in _SCALAR_DTYPES:   # numpy's type now, so that no write can fail half done
-                try: v = want.type(v)
+            elif type(v) in _SCALAR_DTYPES:   # a 0-d array now (numpy fills rows from it fastest): none fails half done
+                try: v = np.asarray(v, want)
                 except (OverflowError, ValueError): return None
             out[col] = v
         # a batch's length comes from a one-number field, as `SimpleStep` reads it
@@ -317,24 +317,27 @@ class RingStorage:
         got = None if self.rows is None else self.writer.columns(fields, batch)
         if got is None: return None
         out, k = got
-        if batch: return self._put(out, k)
+        if k > 1: return self._put(out, k)
+        row = [out[n] for n in self.rows.dtype.names]
         slot = self.n_added % self.max_sz
-        self.rows[slot] = tuple([out[n] for n in self.rows.dtype.names])   # one record, one call
+        self.rows[slot] = tuple([a[0] if a.ndim else a for a in row] if batch else row)   # one record, one call
         self.n_added += 1
         return np.array([slot])
 
     def _put(self, columns:dict, k:int) -> np.ndarray:
         "Write `k` checked rows (a 0-d value fills every row) at the ring's head; return their slots."
-        slots = (self.n_added + np.arange(k)) % self.max_sz
         skip = max(0, k - self.max_sz)   # a batch longer than the ring keeps its newest max_sz rows
-        start, n = int(slots[skip]), k - skip
+        start, n = (self.n_added + skip) % self.max_sz, k - skip
         head = min(n, self.max_sz - start)  # rows before the ring wraps
+        rows = self.rows
         for name, a in columns.items():
-            column, a = self.rows[name], a[skip:] if a.ndim else a
-            column[start:start + head] = a[:head] if a.ndim else a
-            if head < n: column[:n - head] = a[head:] if a.ndim else a
+            if a.ndim and (skip or head < n): a, rest = a[skip:skip + head], a[skip + head:]
+            else: rest = a
+            rows[name][start:start + head] = a
+            if head < n: rows[name][:n - head] = rest
         self.n_added += k
-        return slots[skip:]
+        slots = np.arange(start, start + n)
+        return slots if head == n else slots % self.max_sz
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step at the ring's head as one record (checked like `write`); return its slot."
@@ -498,7 +501,7 @@ class ReplayBuffer(BufferCore):
         if bs > storage.max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({storage.max_sz})")
         super().__init__()
         self.bs, self.storage, self.rng = bs, storage, np.random.default_rng(seed)
-        self._unhooked = 0  # single steps written since `_written` last ran
+        self._unhooked = 0  # steps written since `_written` last ran
         self._drawn = (None, None)  # the last batch's `idxs` as handed out, and the same slots as a host int64 array
 
     @property
@@ -541,11 +544,9 @@ class ReplayBuffer(BufferCore):
             if fields or not isinstance(steps, Mapping): return None
             fields = steps
         with self.lock:
-            if batch and self._unhooked: self.flush()   # the bookkeeping runs in the order of the writes
+            before = self.storage.n_added
             slots = self.storage.write_fields(fields, batch)
-            if slots is None or not len(slots): return slots
-            if batch: self._written(int(slots[0]), len(slots))
-            else: self._count_single()
+            if slots is not None: self._count(before, len(slots))
         return slots
 
     @property
@@ -557,14 +558,20 @@ class ReplayBuffer(BufferCore):
     def _add_one(self, step:SimpleStep) -> np.ndarray:
         "Write one step now; `_written` runs for it with the next batch of single steps."
         with self.lock:
+            before = self.storage.n_added
             slot = self.storage.write_step(step)
-            self._count_single()
+            self._count(before, 1)
         return np.array([slot])
 
-    def _count_single(self):
-        "Count one more single step written; run `_written` for the last `hook_every` of them (a batch never laps)."
-        self._unhooked += 1
-        if self._unhooked >= min(self.hook_every, self.max_sz): self.flush()
+    def _count(self, before:int, n:int):
+        """Count the `n` slots just written (the storage held `before` steps): `_written` runs once `hook_every` (at
+        most a ring's worth) wait, and first for those already waiting when this write would lap them."""
+        limit = min(self.hook_every, self.max_sz)
+        if self._unhooked and self._unhooked + self.storage.n_added - before > limit:
+            waiting, self._unhooked = self._unhooked, 0
+            self._written((before - waiting) % self.max_sz, waiting)
+        self._unhooked += n
+        if self._unhooked >= limit: self.flush()
 
     @locked
     def flush(self):
