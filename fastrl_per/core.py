@@ -92,9 +92,26 @@ class SimpleStep:
                 if not shape: setattr(self, name, getattr(self, name).expand(n).clone())
 
     def __getattr__(self, name:str) -> torch.Tensor:
-        "Called only for a name that is not set: an extra field (`step.log_prob`) this step does not have."
+        ("Called only for a name that is not set: a field of a batch `from_rows` read for the first time (made "
+         "now), or an extra field (`step.log_prob`) this step does not have.")
         if name.startswith('__'): raise AttributeError(name)   # copy and pickle probe for optional hooks
+        rows = self.__dict__.get('_rows')
+        if rows is not None and name in rows[1]:
+            block, cols = rows[0], rows[1][name]
+            value = torch.from_numpy(block[cols]) if isinstance(cols, str) else \
+                {k: torch.from_numpy(block[c]) for k, c in cols.items()}
+            setattr(self, name, value)
+            return value
         raise AttributeError(f"this {type(self).__name__} has no field {name!r}; its fields: {', '.join(self.fields)}")
+
+    @classmethod
+    def from_rows(cls, block:np.ndarray, layout:dict, extra_fields:tuple=()):
+        ("A batch over `block`, records of a numpy structured dtype (`layout`: field -> its column, or {key: column} "
+         "for a dict field): a field becomes a tensor, a view into the block, when first read.")
+        step = cls.__new__(cls)
+        step._rows = (block, layout)
+        if extra_fields: step.extra_fields = tuple(extra_fields)
+        return step
 
     @property
     def fields(self) -> tuple:
@@ -168,7 +185,8 @@ class SimpleStep:
     def __reduce_ex__(self, protocol):
         ("Pickle CPU steps as numpy arrays: what crosses processes (Ray, multiprocessing) then loads without torch's "
          "per-tensor unpickling.")
-        attrs = vars(self)
+        if '_rows' in vars(self): self.as_dict()   # a batch `from_rows` travels with every field read, not its rows
+        attrs = {k: v for k, v in vars(self).items() if k != '_rows'}
         values = [t for v in attrs.values() for t in (v.values() if isinstance(v, dict) else [v])]
         tensors = [t for t in values if isinstance(t, torch.Tensor)]
         if any(t.device.type != 'cpu' or t.requires_grad or t.dtype == torch.bfloat16 for t in tensors):

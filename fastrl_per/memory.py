@@ -18,9 +18,9 @@ from .state import Stateful, check_keys, check_version
 # %% auto #0
 __all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
            'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
-           'field_schema', 'declared_schema', 'RowBatch', 'check_saved_count', 'RingStorage', 'MemoryView', 'locked',
-           'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage',
-           'ReplayBuffer', 'ExperienceReplay']
+           'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
+           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'ReplayBuffer',
+           'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -226,32 +226,6 @@ def declared_schema(fields:Mapping) -> dict:
     return schema
 
 # %% ../nbs/03_memory.ipynb #04085711
-class RowBatch(SimpleStep):
-    "A batch gathered from packed rows: each field becomes a tensor (a view into the gathered rows) when first read."
-    is_batch = True
-
-    def __init__(self, block:np.ndarray, layout:dict, extra_fields:tuple):
-        self._block, self._layout = block, layout   # layout: field -> its column, or {key: column} for a dict field
-        if extra_fields: self.extra_fields = extra_fields
-
-    def __getattr__(self, name):   # called only for what is not set yet
-        layout = self.__dict__.get('_layout')
-        if layout is None or name not in layout:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        cols, block = layout[name], self._block
-        if isinstance(cols, str): value = torch.from_numpy(block[cols])
-        else: value = {k: torch.from_numpy(block[c]) for k, c in cols.items()}
-        setattr(self, name, value)
-        return value
-
-    def __len__(self): return len(self._block)
-
-    def __reduce_ex__(self, protocol):
-        "Copied or pickled as a plain `SimpleStep` with every field read."
-        step = SimpleStep.from_fields(self.as_dict())
-        step.__dict__.update({k: v for k, v in vars(self).items() if k not in ('_block', '_layout')})
-        return step.__reduce_ex__(protocol)
-
 def check_saved_count(n_added, columns):
     "Raise a `ValueError` unless `n_added` counts steps and a storage's saved `columns` are None just when it is 0."
     check_int('n_added', n_added, low=0)
@@ -347,7 +321,7 @@ class RingStorage:
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
         records = self._records.take(idxs)
-        return RowBatch(np.ndarray(records.shape, self.rows.dtype, records), self.layout, self.extra_fields)
+        return SimpleStep.from_rows(np.ndarray(records.shape, self.rows.dtype, records), self.layout, self.extra_fields)
 
     def state(self) -> dict|None:
         "A contiguous copy of every column as tensors, or None before the first write."

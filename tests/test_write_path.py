@@ -148,3 +148,16 @@ def test_a_big_python_int_is_not_written_half():
         rb.add(state=o, action=2 ** 70, reward=1.0, next_state=o, terminated=False)
     assert_same_rows(rows_of(rb), before)
     assert rb.storage.n_added == 2
+
+
+@pytest.mark.parametrize('kind', [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_sampled_batch_is_a_simplestep(kind):
+    "One name for a sampled batch, in code and docs (#44): `SimpleStep`, its fields made when first read."
+    from fastrl_per.core import SimpleStep
+    o = np.zeros(2, np.float32)
+    rb = kind(max_sz=4, bs=2, seed=0)
+    rb.extend(state=np.stack([o, o + 1]), action=np.arange(2), reward=np.ones(2), next_state=np.stack([o, o]),
+              terminated=np.zeros(2, bool))
+    batch = rb.sample()
+    assert type(batch) is SimpleStep and 'state' not in vars(batch) and batch.state.shape == (2, 2)
+    assert type(batch[0]) is SimpleStep and type(rb.memory[:]) is SimpleStep
