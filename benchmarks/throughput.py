@@ -22,8 +22,12 @@ sampled beforehand, alone and with one small numpy call or the buffer's own samp
 two updates (each of which costs a few µs alone).
 
     .venv/bin/python benchmarks/throughput.py [--repeats 3] [--warmup 5000] [--frames 3000] [--block 500] [--updates 2000]
+    .venv/bin/python benchmarks/throughput.py --breakdown [--warmup 5000] [--frames 3000]
+
+`--breakdown` times only the hand-written loop, part by part (`TimedLoop`): where each µs of an env step goes.
 """
 import argparse
+import collections
 import shlex
 import statistics
 import sys
@@ -96,6 +100,58 @@ def update_beside(seed, warmup, updates):
     return rows
 
 
+class TimedLoop(HandLoop):
+    """`HandLoop` with each part of a step timed (CPU µs): the env itself, acting (the Q-network and epsilon), the
+    records (`EnvRun`'s `SimpleStep` and the n-step transition), the buffer write, the sample, the update (target,
+    loss, backward, Adam, soft update, metrics row) and the priority write (`update_priorities`, `anneal_beta`)."""
+    def __init__(self, seed, total_steps):
+        super().__init__(seed, total_steps)
+        self.spent = collections.Counter()
+        self.env.actions = self.timed('acting', self.env.actions)
+        for env in self.env.envs: env.step, env.reset = self.timed('env', env.step), self.timed('env', env.reset)
+        self.env.step = self.timed('env step call', self.env.step)
+        self.nstep_read = self.timed('record (n-step)', lambda: list(self.nstep))
+        self.buf.add = self.timed('write', self.buf.add)
+        self.buf.sample = self.timed('sample', self.buf.sample)
+        self.buf.update_priorities = self.timed('priority write', self.buf.update_priorities)
+        self.buf.anneal_beta = self.timed('priority write', self.buf.anneal_beta)
+
+    def timed(self, name, f):
+        def run(*args, **kwargs):
+            start = time.process_time()
+            try: return f(*args, **kwargs)
+            finally: self.spent[name] += time.process_time() - start
+        return run
+
+    def fit(self, steps):   # HandLoop.fit, the n-step stage read as one call so that it can be timed
+        end = self.frames + steps
+        while self.frames < end:
+            step = self.env.step(self.agent)
+            if not len(step): continue
+            self.frames += 1
+            self.new_steps[:] = [step[0]]
+            for transition in self.nstep_read():
+                self.buf.add(transition)
+                if len(self.buf) >= self.c['bs']: self.update()
+
+
+def breakdown(seed, warmup, frames):
+    "CPU µs per env step of each part of `TimedLoop`, after `warmup` untimed steps; the whole, and what is left."
+    loop = TimedLoop(seed, warmup + frames)
+    loop.fit(warmup)
+    loop.spent.clear()
+    start = time.process_time()
+    loop.fit(frames)
+    total = time.process_time() - start
+    s = {k: 1e6 * v / frames for k, v in loop.spent.items()}
+    parts = {'env (gymnasium step/reset)': s['env'], 'acting (Q-network, epsilon)': s['acting'],
+             "record (EnvRun's SimpleStep, the n-step transition)": s['env step call'] - s['env'] - s['acting']
+             + s['record (n-step)'], 'write (`add`)': s['write'], 'sample (128)': s['sample'],
+             'priority write (`update_priorities`, `anneal_beta`)': s['priority write']}
+    parts['update (target, loss, backward, Adam, soft update, metrics)'] = 1e6 * total / frames - sum(parts.values())
+    return parts, 1e6 * total / frames
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--repeats', type=int, default=3)
@@ -104,9 +160,21 @@ def main(argv=None):
     p.add_argument('--block', type=int, default=500, help='env steps (or updates) per turn')
     p.add_argument('--updates', type=int, default=2_000, help='timed updates alone, per repeat')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--breakdown', action='store_true', help="only the loop's step, part by part")
     args = p.parse_args(argv)
     if args.warmup < CONFIG['eps_decay_steps']: p.error(f"--warmup must be >= {CONFIG['eps_decay_steps']} (epsilon's decay)")
     torch.set_num_threads(1)
+    if args.breakdown:
+        print(f"command: `{shlex.join([sys.executable, *sys.argv])}`\n")
+        runs = [breakdown(args.seed + r, args.warmup, args.frames) for r in range(args.repeats)]
+        total = statistics.median(t for _, t in runs)
+        print(f"| part of an env step (hand-written loop, `train` defaults) | CPU µs / env step (median of {args.repeats}) | share |")
+        print("|---|--:|--:|")
+        for name in runs[0][0]:
+            v = statistics.median(p[name] for p, _ in runs)
+            print(f"| {name} | {v:,.0f} | {100 * v / total:.0f}% |")
+        print(f"| **the whole step** | **{total:,.0f}** | |")
+        return
     import stable_baselines3
     print(f"command: `{shlex.join([sys.executable, *sys.argv])}`")
     print(f"torch {torch.__version__}, stable-baselines3 {stable_baselines3.__version__}, one torch thread; "

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import functools, inspect, json, math, threading
 from collections.abc import Mapping
+from operator import attrgetter
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
@@ -126,6 +127,8 @@ FIELD_DEFAULTS = {n: p.default for n, p in inspect.signature(SimpleStep).paramet
                   if p.default is not p.empty and n not in REQUIRED}   # the one-number fields a caller may leave out
 _SCALAR_DTYPES = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float32)}   # torch's reading
 _F32 = np.dtype(np.float32)
+_TORCH_DTYPES = {**{getattr(torch, n): np.dtype(n) for n in ('bool', 'uint8', 'int8', 'int16', 'int32', 'int64')},
+                 **{t: _F32 for t in (torch.float16, torch.float32, torch.float64)}}   # bfloat16 and others: no
 
 def field_array(value) -> tuple|None:
     """`(value, dtype, shape)`: a Python number as it is, a tensor as a numpy array (copied to the host if need be), an
@@ -133,8 +136,8 @@ def field_array(value) -> tuple|None:
     dtype = _SCALAR_DTYPES.get(type(value))
     if dtype is not None: return value, dtype, ()
     if isinstance(value, torch.Tensor):
-        try: value = value.numpy(force=True)
-        except (TypeError, RuntimeError): return None   # bfloat16 and the like: numpy has no such dtype
+        if value.dtype not in _TORCH_DTYPES: return None   # bfloat16 and the like: numpy has no such dtype
+        value = value.numpy(force=True)
     elif not isinstance(value, (np.ndarray, np.generic)): return None
     kind = value.dtype.kind
     return None if kind not in 'biuf' else (value, _F32 if kind == 'f' else value.dtype, value.shape)
@@ -171,7 +174,8 @@ class FieldWriter:
             spec = self.specs.get(col)
             if spec is None: return None
             want, per_row, kinds, bounds = spec
-            if type(v) is np.ndarray and v.dtype.kind in 'biu': dtype, shape = v.dtype, v.shape   # the usual first
+            if type(v) is torch.Tensor and v.dtype in _TORCH_DTYPES: v = v.numpy(force=True)   # the usual first
+            if type(v) is np.ndarray and v.dtype.kind in 'biu': dtype, shape = v.dtype, v.shape
             elif type(v) is np.ndarray and v.dtype.kind == 'f': dtype, shape = _F32, v.shape
             elif (got := field_array(v)) is None: return None
             else: v, dtype, shape = got
@@ -239,6 +243,7 @@ class RingStorage:
                  declared:dict|None=None): # the column schema the first write must fit (`declared_schema`); None: any
         check_int('max_sz', max_sz)
         self.max_sz, self.n_added, self.declared = max_sz, 0, declared
+        self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
         self._hold(None)
 
     def _hold(self, rows:np.ndarray|None):
@@ -254,7 +259,9 @@ class RingStorage:
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
-        self.writer = FieldWriter(self.schema)
+        self.writer = FieldWriter(self.schema)   # keyword writes
+        self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
+        self._signature = self._small = None
 
     @property
     def columns(self) -> dict|None:
@@ -315,8 +322,17 @@ class RingStorage:
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step at the ring's head as one record (checked like `write`); return its slot."
-        slots = self.write_fields(step.as_dict(), batch=False)
-        return int((self.write(step_columns(step)) if slots is None else slots)[0])
+        if self.rows is None or not self._plain: return int(self.write(step_columns(step))[0])
+        if step.extra_fields != self.extra_fields: self.check(step_columns(step))   # raises unless just reordered
+        fields = attrgetter(*self.rows.dtype.names)(step)
+        signature = [(getattr(t, 'dtype', None), getattr(t, 'shape', None)) for t in fields]   # a dict: never cached
+        if signature != self._signature:   # the first single step, or one unlike the last: check it in full
+            self.check(step_columns(step))
+            self._signature, self._small = signature, [math.prod(shape) <= 64 for _, shape in signature]
+        slot = self.n_added % self.max_sz
+        self.rows[slot] = tuple([t.tolist() if small else t.numpy(force=True) for t, small in zip(fields, self._small)])
+        self.n_added += 1
+        return slot
 
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
