@@ -148,7 +148,7 @@ def breakdown(seed, warmup, frames):
              "record (EnvRun's SimpleStep, the n-step transition)": s['env step call'] - s['env'] - s['acting']
              + s['record (n-step)'], 'write (`add`)': s['write'], 'sample (128)': s['sample'],
              'priority write (`update_priorities`, `anneal_beta`)': s['priority write']}
-    parts['update (target, loss, backward, Adam, soft update, metrics)'] = 1e6 * total / frames - sum(parts.values())
+    parts['update (target, loss, backward, Adam, soft update, metrics) and the loop'] = 1e6 * total / frames - sum(parts.values())
     return parts, 1e6 * total / frames
 
 

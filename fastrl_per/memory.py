@@ -565,7 +565,7 @@ class ReplayBuffer(BufferCore):
 
     @locked
     def flush(self):
-        "Run `_written` for the single steps written since it last ran: the bookkeeping is then up to date."
+        "Run `_written` for the steps written since it last ran: the bookkeeping is then up to date."
         k, self._unhooked = self._unhooked, 0
         if k: self._written((self.storage.n_added - k) % self.max_sz, k)
 
