@@ -43,8 +43,8 @@ GOALS = [('one PER add ≤ 0.5× cpprb PER', 0, 'ours PER', 'cpprb PER', 0.5),
          ('uniform sample ≤ 0.5× SB3', 4, 'ours', 'SB3', 0.5)]
 
 
-def data(rng, k):
-    "`ROWS` transitions in the forms users hold: single rows (numbers, arrays, tensors) and vector-env blocks of `k`."
+def data(rng):
+    "`ROWS` transitions in the forms users hold: single rows (numbers, arrays, tensors) and vector-env blocks of 1 and 8."
     obs = rng.standard_normal((ROWS + 8, OBS)).astype(np.float32)
     act, rew, done = rng.integers(0, 2, ROWS + 8), rng.random(ROWS + 8), rng.random(ROWS + 8) < 0.05
     single = [(obs[i], int(act[i]), float(rew[i]), obs[i + 1], bool(done[i])) for i in range(ROWS)]
@@ -65,7 +65,8 @@ def reader(*names):
 def ours(per):
     from fastrl_per.memory import ReplayBuffer
     from fastrl_per.per import PrioritizedReplayBuffer
-    make = (lambda envs: PrioritizedReplayBuffer(N, bs=BS, seed=0)) if per else (lambda envs: ReplayBuffer(N, bs=BS, seed=0))
+    kind = PrioritizedReplayBuffer if per else ReplayBuffer
+    make = lambda envs: kind(N, bs=BS, seed=0)
     read = reader('state', 'action', 'reward', 'next_state', 'terminated', *(['weights'] if per else []))
     def ops(rb):
         return dict(add=lambda o, a, r, o2, d: rb.add(state=o, action=a, reward=r, next_state=o2, terminated=d),
@@ -136,8 +137,9 @@ def torchrl_(per):
     def ops(rb):
         one = lambda o, a, r, o2, d: rb.add(TensorDict(obs=o, action=a, reward=r, next_obs=o2, done=d))
         return dict(add=lambda o, a, r, o2, d: one(t(o), t(a), t(r, dtype=torch.float32), t(o2), t(d)),
-                    extend=lambda O, A, R, O2, D: rb.extend(TensorDict(obs=t(O), action=t(A), reward=t(R, dtype=torch.float32),
-                                                                       next_obs=t(O2), done=t(D), batch_size=[len(A)])),
+                    extend=lambda O, A, R, O2, D: rb.extend(TensorDict(
+                        obs=t(O), action=t(A), reward=t(R, dtype=torch.float32), next_obs=t(O2), done=t(D),
+                        batch_size=[len(A)])),
                     torch=one, sample=lambda: read(rb.sample()))
     return make, ops
 
@@ -188,10 +190,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick: args.repeats, args.target_ms = 3, 8.
     torch.set_num_threads(1)
-    d = data(np.random.default_rng(0), 8)
+    d = data(np.random.default_rng(0))
     print(f"command: `{shlex.join(['python', *sys.argv])}`")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"load average at start {os.getloadavg()[0]:.2f}; {args.repeats} rounds, ~{args.target_ms:g} ms a timing\n")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; "
+          f"{args.repeats} rounds, ~{args.target_ms:g} ms a timing\n")
     calls, skipped = {}, {}
     for name in args.only or LIBRARIES:
         try: calls[name] = build(name, d)

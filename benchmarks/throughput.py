@@ -148,7 +148,8 @@ def breakdown(seed, warmup, frames):
              "record (EnvRun's SimpleStep, the n-step transition)": s['env step call'] - s['env'] - s['acting']
              + s['record (n-step)'], 'write (`add`)': s['write'], 'sample (128)': s['sample'],
              'priority write (`update_priorities`, `anneal_beta`)': s['priority write']}
-    parts['update (target, loss, backward, Adam, soft update, metrics) and the loop'] = 1e6 * total / frames - sum(parts.values())
+    rest = 1e6 * total / frames - sum(parts.values())
+    parts['update (target, loss, backward, Adam, soft update, metrics) and the loop'] = rest
     return parts, 1e6 * total / frames
 
 
@@ -168,7 +169,8 @@ def main(argv=None):
         print(f"command: `{shlex.join([sys.executable, *sys.argv])}`\n")
         runs = [breakdown(args.seed + r, args.warmup, args.frames) for r in range(args.repeats)]
         total = statistics.median(t for _, t in runs)
-        print(f"| part of an env step (hand-written loop, `train` defaults) | CPU µs / env step (median of {args.repeats}) | share |")
+        print("| part of an env step (hand-written loop, `train` defaults) "
+              f"| CPU µs / env step (median of {args.repeats}) | share |")
         print("|---|--:|--:|")
         for name in runs[0][0]:
             v = statistics.median(p[name] for p, _ in runs)
