@@ -4,6 +4,7 @@
 
 # %% ../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
+from typing import Literal
 import os
 import numpy as np
 import torch
@@ -99,7 +100,7 @@ class Learner(Stateful):
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  *, # the rest by keyword: a position would silently mean another argument
-                 replay:str='per', # 'per' (prioritized) or 'uniform'
+                 replay:Literal['per', 'uniform']='per', # 'per' (prioritized) or 'uniform'
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  lr:float=5e-4, # Adam learning rate
@@ -117,7 +118,7 @@ class Learner(Stateful):
                  warmup:int|None=None, # transitions stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
-                 collector:str|None=None,
+                 collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...

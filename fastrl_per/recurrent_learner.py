@@ -4,6 +4,7 @@
 
 # %% ../nbs/11_recurrent_learner.ipynb #37d0be5b
 from __future__ import annotations
+from typing import Literal
 import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
@@ -158,7 +159,8 @@ class RecurrentLearner(Learner):
                  total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
                  length:int=16, # steps per sequence that are trained on
                  burn_in:int=8, # steps before them that only advance the recurrent state
-                 recurrent_state:str='stored', # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
+                 # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
+                 recurrent_state:Literal['stored', 'zero']='stored',
                  bs:int=32, # sequences per batch
                  lr:float=1e-3, # Adam learning rate
                  # learning rate reached linearly by the last planned env step (None: `lr` throughout)
