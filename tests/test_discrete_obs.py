@@ -47,6 +47,11 @@ def test_one_hot_is_the_plain_network_on_one_hot_vectors():
     torch.testing.assert_close(net(idx), plain(torch.eye(16)[idx]))
 
 
+def test_the_background_collector_steps_them_too():
+    with Learner('FrozenLake-v1', seed=0, total_steps=600, bs=16, warmup=32, collector='thread') as learner:
+        assert learner.fit(200) and learner.replay.sample().state.dtype == torch.int64
+
+
 def test_a_box_only_network_still_names_the_space():
     with pytest.raises(ValueError, match=r"'FrozenLake-v1' has Discrete\(16\)"): discrete_env_dims('FrozenLake-v1')
 
