@@ -1,5 +1,9 @@
 from configparser import ConfigParser
-import setuptools, shlex
+import setuptools, shlex, warnings
+
+# An editable install (tools/setup.sh) warns that a folder named like the package may shadow it: here that folder is the
+# package itself, so the warning says nothing about this project
+warnings.filterwarnings('ignore', message=r'Editable installation\.')
 
 # note: all settings are in settings.ini; edit there, not here
 config = ConfigParser(delimiters=['='])
@@ -11,10 +15,7 @@ expected = cfg_keys + "lib_name user branch license status min_python audience l
 for o in expected: assert o in cfg, "missing expected setting: {}".format(o)
 setup_cfg = {o:cfg[o] for o in cfg_keys}
 
-licenses = {
-    'apache2': ('Apache Software License 2.0','OSI Approved :: Apache Software License'),
-    'mit': ('MIT License', 'OSI Approved :: MIT License'),
-}
+licenses = {'apache2': 'Apache-2.0', 'mit': 'MIT'}  # settings.ini's name -> the SPDX expression the metadata carries
 statuses = [ '1 - Planning', '2 - Pre-Alpha', '3 - Alpha',
     '4 - Beta', '5 - Production/Stable', '6 - Mature', '7 - Inactive' ]
 py_versions = '3.10 3.11 3.12 3.13'.split()
@@ -22,7 +23,6 @@ py_versions = '3.10 3.11 3.12 3.13'.split()
 requirements = shlex.split(cfg.get('requirements', ''))
 if cfg.get('pip_requirements'): requirements += shlex.split(cfg.get('pip_requirements', ''))
 min_python = cfg['min_python']
-lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 dev_requirements = (cfg.get('dev_requirements') or '').split()
 cli_requirements = (cfg.get('cli_requirements') or '').split()  # the [cli] extra: train's progress bar, plot and TensorBoard
 video_requirements = (cfg.get('video_requirements') or '').split()  # the [video] extra: an MP4 encoder with its own ffmpeg
@@ -38,12 +38,13 @@ if pkg_data:
 
 setuptools.setup(
     name = cfg['lib_name'],
-    license = lic[0],
+    license_expression = licenses.get(cfg['license'].lower(), cfg['license']),
+    license_files = ['LICENSE'],
     classifiers = [
         'Development Status :: ' + statuses[int(cfg['status'])],
         'Intended Audience :: ' + cfg['audience'].title(),
         'Natural Language :: ' + cfg['language'].title(),
-    ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]] + (['License :: ' + lic[1] ] if lic[1] else []),
+    ] + ['Programming Language :: Python :: '+o for o in py_versions[py_versions.index(min_python):]],
     url = cfg['git_url'],
     packages = setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data = True,

@@ -20,7 +20,7 @@ from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful, check_keys
-from .learner import CHECKPOINT_VERSION
+from .learner import CHECKPOINT_VERSION, torch_threads
 from .checks import check_int, check_number
 
 # %% auto #0
@@ -551,7 +551,9 @@ class ApexRun(Stateful):
             row.update(frame=self.episodes.env_steps, update=self.updates, version=self.version)
             yield row
 
-    def fit(self, steps:int) -> list[dict]: return list(self.iterate(steps))
+    def fit(self, steps:int, threads:int|None=1) -> list[dict]:
+        "Train for `steps` env steps with torch on `threads` CPU threads meanwhile, as `Learner.fit` does."
+        with torch_threads(threads): return list(self.iterate(steps))
 
     def stop(self):
         "End the run at the env steps already collected: no new actor calls; the update in progress finishes."

@@ -9,13 +9,15 @@ from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
 from .factories import learner_classes
+from .priorities import PRIORITIZATIONS
 from .atari import ID_DEFAULTS
 from .apex import ApexRun
 
 # %% auto #0
-__all__ = ['FLAG_NAMES', 'EXIT_CODES', 'ATARI_NOTE', 'flag', 'typed', 'converter', 'metavar', 'add_flag', 'function_flags',
-           'learner_arguments', 'learner_help', 'learner_flags', 'commands', 'make_parser', 'one_line', 'flagged',
-           'show_warning', 'main']
+__all__ = ['FLAG_NAMES', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'typed', 'optional', 'base_type',
+           'choices', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments', 'learner_help',
+           'section', 'learner_flags', 'commands', 'Formatter', 'Hidden', 'HelpAll', 'train_flags', 'make_parser',
+           'one_line', 'flagged', 'show_warning', 'main']
 
 # %% ../nbs/08_cli.ipynb #505ef520
 FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs', address='ray_address')
@@ -29,32 +31,55 @@ def typed(name:str, value) -> str:
     if isinstance(value, bool): return flag(name) if value else '--no-' + flag(name)[2:]
     return 'none' if value is None else str(value)
 
-def converter(hint):
-    "Parse a command-line string as `hint`: `int`, `float`, `str`, or one of them `|None` (typed `none`)."
-    args = typing.get_args(hint)
-    base = next((a for a in args if a is not type(None)), hint)
+def optional(hint) -> bool:
+    "Whether `hint` takes None (`int|None`): its flag takes `none`."
+    return type(None) in typing.get_args(hint)
+
+def base_type(hint):
+    "The type of a flag's value: `int` for `int|None`, `str` for `Literal['a', 'b']`."
+    if typing.get_origin(hint) is not typing.Literal:
+        hint = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    return type(typing.get_args(hint)[0]) if typing.get_origin(hint) is typing.Literal else hint
+
+def choices(name:str, hint) -> tuple:
+    ("The values argument `name` takes where they are a closed set, else (): the models, the prioritization kinds "
+     "(both registered by name), or those of a `Literal` hint.")
+    if name == 'model': return tuple(learner_classes())
+    if name == 'prioritization': return tuple(PRIORITIZATIONS)
+    literal = [h for h in (hint, *typing.get_args(hint)) if typing.get_origin(h) is typing.Literal]
+    return typing.get_args(literal[0]) if literal else ()
+
+def converter(hint, allowed:tuple=()):
+    ("Parse a command-line string as `hint`: `int`, `float`, `str`, or one of them `|None` (typed `none`); "
+     "with `allowed`, one of those values.")
+    base = base_type(hint)
     def convert(text:str):
-        if type(None) in args and text.lower() == 'none': return None
-        return base(text)
+        if optional(hint) and text.lower() == 'none': return None
+        value = base(text)
+        if allowed and value not in allowed:
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(map(str, allowed))})")
+        return value
     convert.__name__ = base.__name__  # argparse's message: "invalid int value"
     return convert
 
-def metavar(hint) -> str:
-    "What a flag of type `hint` takes: INT, FLOAT or TEXT."
-    base = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-    return dict(int='INT', float='FLOAT').get(getattr(base, '__name__', ''), 'TEXT')
+def metavar(hint, allowed:tuple=()) -> str:
+    "What a flag of type `hint` takes: its choices (`{per,uniform}`; the help says what `none` is), INT, FLOAT or TEXT."
+    if allowed: return '{' + ','.join(map(str, allowed)) + '}'
+    return dict(int='INT', float='FLOAT').get(getattr(base_type(hint), '__name__', ''), 'TEXT')
 
 def add_flag(group, name:str, hint, help:str):
     "Add the flag of argument `name` to `group`: `--name VALUE`, or `--name/--no-name` for a bool."
     help = re.sub(r'\bNone\b', 'none', help)   # the command's word for Python's None, as `typed` writes it
+    allowed = choices(name, hint)
     if hint is bool: group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction, help=help)
-    else: group.add_argument(flag(name), dest=name, type=converter(hint), metavar=metavar(hint), help=help)
+    else: group.add_argument(flag(name), dest=name, type=converter(hint, allowed), metavar=metavar(hint, allowed),
+                             help=help)
 
-def function_flags(group, func):
-    "A flag for each parameter of `func` with a default, a positional argument for each without."
+def function_flags(group, func, names=None):
+    "A flag for each parameter of `func` (of `names`, if given) with a default, a positional argument for each without."
     hints, docs = typing.get_type_hints(func), docments(func)
     for name, p in inspect.signature(func).parameters.items():
-        if p.kind is p.VAR_KEYWORD: continue
+        if p.kind is p.VAR_KEYWORD or (names is not None and name not in names): continue
         hint, doc = hints.get(name, str), docs.get(name) or ''
         if p.default is p.empty: group.add_argument(name, type=converter(hint), help=doc)
         elif p.default is None and 'default' in doc: add_flag(group, name, hint, doc)
@@ -74,20 +99,31 @@ def learner_arguments() -> dict:
             arg['defaults'][model] = p.default
     return arguments
 
-def learner_help(name:str, doc:str, defaults:dict) -> str:
-    "`doc` with the default of each model that takes argument `name`, and its default for `ALE/...`, `MinAtar/...` ids."
+def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:
+    ("`doc` with the default of the first model in `defaults` that takes argument `name`; `full`: of the others too, "
+     "and its default for `ALE/...`, `MinAtar/...` ids.")
     first, *others = defaults
     parts = [f"default: {typed(name, defaults[first])}"]
-    parts += [f"{m}: {typed(name, defaults[m])}" for m in others if defaults[m] != defaults[first]]
-    parts += [f"{ids}: {typed(name, table[name])}" for ids, table in ID_DEFAULTS.items()
+    parts += [f"{m}: {typed(name, defaults[m])}" for m in (others if full else []) if defaults[m] != defaults[first]]
+    parts += [f"{ids}: {typed(name, table[name])}" for ids, table in (ID_DEFAULTS.items() if full else [])
               if name in table and table[name] != defaults[first]]
     if len(defaults) < len(learner_classes()): parts.insert(0, f"{', '.join(defaults)} only")
     return f"{doc} ({'; '.join(parts)})"
 
-def learner_flags(group):
-    "A flag for every argument of every learner."
+SECTIONS = dict(collector='--collector', publish_every='--collector')   # learner arguments in a section of their own
+
+def section(name:str, defaults:dict) -> str:
+    ("The section of `train --help` that lists the flag of learner argument `name`, taken by the models in "
+     "`defaults`: its own (`SECTIONS`), else the default model's if it takes it, else the one model's (or Ape-X's, "
+     "'--actors') that does.")
+    default_model = next(iter(learner_classes()))
+    return SECTIONS.get(name) or (default_model if default_model in defaults else next(iter(defaults)))
+
+def learner_flags(groups:dict, full:bool=True):
+    "A flag for every argument of every learner, in `groups[section(name, ...)]`; `full`: every default in its help."
     for name, arg in learner_arguments().items():
-        add_flag(group, name, arg['hint'], learner_help(name, arg['doc'], arg['defaults']))
+        help = learner_help(name, arg['doc'], arg['defaults'], full)
+        add_flag(groups[section(name, arg['defaults'])], name, arg['hint'], help)
 
 # %% ../nbs/08_cli.ipynb #c461ec53
 EXIT_CODES = """exit codes:
@@ -112,9 +148,51 @@ def commands() -> dict:
                           ['fastrl_per evaluate runs/dqn',
                            'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
 
-def make_parser() -> argparse.ArgumentParser:
-    "The parser of `fastrl_per` and its subcommands."
-    raw = dict(formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
+TRAIN_HELP = ("Below: the flags of every run and of the default model (mlp), with its defaults; --help-all adds "
+              "the flags of --model recurrent, --collector and Ape-X (--actors N), and the defaults of --model "
+              "recurrent and of ALE/... and MinAtar/... ids.")
+
+class Formatter(argparse.HelpFormatter):
+    ("argparse's help with the descriptions and epilogs as written, except that a line of prose (not indented) is "
+     "wrapped to the terminal, and the flags' help starting a little further right.")
+    def __init__(self, prog, **kwargs): super().__init__(prog, **{'max_help_position': 26, **kwargs})
+    def _fill_text(self, text, width, indent):
+        return '\n'.join(indent + line if line[:1].isspace() else textwrap.fill(line, width, initial_indent=indent,
+                                                                                subsequent_indent=indent)
+                         for line in text.splitlines())
+
+class Hidden:
+    "Stands for an argparse group whose flags parse but are left out of the help."
+    def __init__(self, parser): self.parser = parser
+    def add_argument(self, *args, **kwargs):
+        return self.parser.add_argument(*args, **{**kwargs, 'help': argparse.SUPPRESS})
+
+class HelpAll(argparse.Action):
+    "`--help-all`: the subcommand's help with every section, then exit."
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, help="list every flag, then exit")
+    def __call__(self, parser, namespace, values, option_string=None):
+        make_parser(full=True).parse_args([parser.prog.split()[-1], '--help'])
+
+def train_flags(sub, full:bool=False):
+    ("`train`'s flags on parser `sub`, in sections: the run's, then the learner's (every model's and the default "
+     "model's); then each other model's and Ape-X's, listed only when `full` (they parse either way).")
+    apex = '--actors'   # Ape-X's own arguments (`learner_arguments`) and train's `actors`
+    own = [n for n in inspect.signature(train).parameters if n != 'actors']
+    function_flags(sub.add_argument_group('the run'), train, own)
+    default, *others = learner_classes()
+    group = lambda *a: sub.add_argument_group(*a) if full else Hidden(sub)
+    groups = {default: sub.add_argument_group('the learner (a flag marked "mlp only": --model mlp alone)',
+                                              ATARI_NOTE if full else None),
+              **{m: group(f'the {m} model only (--model {m})') for m in others},
+              '--collector': group('the background collector (--collector; mlp only)'),
+              apex: group('Ape-X on Ray (--actors N; the ray extra)')}
+    function_flags(groups[apex], train, ['actors'])
+    learner_flags(groups, full)
+
+def make_parser(full:bool=False) -> argparse.ArgumentParser:
+    "The parser of `fastrl_per` and its subcommands; `full`: `train --help` lists every flag (`--help-all`)."
+    raw = dict(formatter_class=Formatter, argument_default=argparse.SUPPRESS)
     listing = '\n'.join(f"  {name:<10}{what}\n  {'':<10}e.g. {examples[0]}"
                         for name, (_, what, examples) in commands().items())
     description = "Prioritized experience replay for PyTorch: train DQN on a gymnasium env, then evaluate it."
@@ -123,13 +201,13 @@ def make_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', title='commands', description=listing,
                                        required=True, help="`fastrl_per COMMAND --help` lists a command's flags")
     for name, (func, what, examples) in commands().items():
-        steps = '; it runs --steps env steps, or fewer with --solved' if func is train else ''
-        sub = subparsers.add_parser(name, description=what + steps,
+        steps = '; it runs --steps env steps, or fewer with --solved. ' + TRAIN_HELP
+        sub = subparsers.add_parser(name, description=what + steps if func is train else what,
+                                    usage=f'fastrl_per {name} [-h] [--help-all] [FLAG ...]' if func is train else None,
                                     epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
         if func is train:
-            function_flags(sub.add_argument_group('the run'), train)
-            learner_flags(sub.add_argument_group('the learner (every argument of Learner and RecurrentLearner)',
-                                                  textwrap.fill(ATARI_NOTE, 88)))
+            sub.add_argument('--help-all', action=HelpAll)
+            train_flags(sub, full)
         else: function_flags(sub, func)
         sub.add_argument('--debug', action='store_true', default=False, help='show the full traceback of a failure')
     return parser

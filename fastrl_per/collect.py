@@ -14,7 +14,7 @@ from torch.utils.data import IterDataPipe
 from torchdata.nodes import IterableWrapper, ParallelMapper, Loader
 from .pipes import StepPipe
 from .envs import GymStepper
-from .dqn import EpsilonGreedy, discrete_env_dims
+from .dqn import EpsilonGreedy, env_dims
 from .checks import check_int
 from .state import Stateful, check_keys
 
@@ -168,7 +168,7 @@ class AsyncCollector(Stateful, StepPipe):
         if n is not None: check_int('n', n, low=0)
         if method not in ('process', 'thread'):
             raise ValueError(f"method must be 'process' or 'thread', got {method!r}")
-        _, n_actions = discrete_env_dims(env_id)
+        _, n_actions, _ = env_dims(env_id)
         self.env_id, self.seed, self.nenvs, self.chunk = env_id, seed, nenvs, chunk
         self.method, self.setup, self.n = method, setup, n
         # the record: newest weights, exploration state

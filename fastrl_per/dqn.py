@@ -25,11 +25,11 @@ from .checks import check_int, check_number
 from .nstep import nstep_discount
 
 # %% auto #0
-__all__ = ['DuelingHead', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ', 'pick_device',
-           'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
-           'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'discrete_env_dims', 'DQNCore', 'check_torch_rng', 'dqn_args',
-           'learner_config']
+__all__ = ['DuelingHead', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ',
+           'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
+           'checked_steps', 'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
+           'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore',
+           'check_torch_rng', 'dqn_args', 'learner_config']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -41,14 +41,24 @@ class DuelingHead(nn.Module):
         advantage = self.advantage(x)
         return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
 
+class OneHot(nn.Module):
+    ("Observations of a `Discrete(n)` space, integers, as one-hot float vectors of size `n` (as SB3 encodes them): "
+     "the first layer of a network for them, so that replay stores the integer.")
+    def __init__(self, n:int):
+        super().__init__()
+        self.n = check_int('n', n)
+    def forward(self, x): return F.one_hot(torch.as_tensor(x).long(), self.n).float()
+    def extra_repr(self): return f'n={self.n}'
+
 class QNetwork(nn.Sequential):
     ("An MLP from observations to one Q-value per action; `dueling` ends it in a value + advantage head, "
-     "`layer_norm` normalises each hidden layer.")
-    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False, layer_norm:bool=False):
+     "`layer_norm` normalises each hidden layer, `one_hot` takes integers of a `Discrete(obs_dim)` space.")
+    def __init__(self, obs_dim:int, n_actions:int, hidden:int=128, dueling:bool=False, layer_norm:bool=False,
+                 one_hot:bool=False):
         check_int('obs_dim', obs_dim); check_int('n_actions', n_actions); check_int('hidden', hidden)
         def block(n_in): return [nn.Linear(n_in, hidden), *([nn.LayerNorm(hidden)] if layer_norm else []), nn.ReLU()]
         head = DuelingHead(hidden, n_actions) if dueling else nn.Linear(hidden, n_actions)
-        super().__init__(*block(obs_dim), *block(hidden), head)
+        super().__init__(*([OneHot(obs_dim)] if one_hot else []), *block(obs_dim), *block(hidden), head)
 
 # %% ../nbs/05c_dqn.ipynb #407fd29b
 class EpsilonGreedy(Stateful):
@@ -350,25 +360,36 @@ class TrainMetrics(IterDataPipe):
                        weight=ts.batch.weights.mean().item())
 
 # %% ../nbs/05c_dqn.ipynb #42a38c6c
-def discrete_env_dims(env_id:str,
-                      images:bool=False, # also uint8 frame stacks and bool grids
-                      ) -> tuple[int|tuple[int, ...], int]:
-    ("Observation size (with `images`, the shape of a stack of uint8 frames) and number of actions of `env_id`; "
-     "a `ValueError` unless DQN can run on it.")
+def env_dims(env_id:str,
+             images:bool=False, # also uint8 frame stacks and bool grids
+             ) -> tuple[int|tuple[int, ...], int, bool]:
+    ("`(obs, n_actions, one_hot)` of `env_id`: the observation size (with `images`, the shape of a stack of uint8 "
+     "frames), the number of actions, and whether observations are integers of a `Discrete(obs)` space, which the "
+     "networks one-hot encode (`OneHot`); a `ValueError` unless DQN can run on it.")
     check_env_id(env_id)
     env = make_env(env_id)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
         raise ValueError(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
+    if isinstance(obs_space, gym.spaces.Discrete): return int(obs_space.n), int(act_space.n), True
     image = (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype in (np.uint8, np.bool_)
              and len(obs_space.shape) == 3)
     if images and image:
-        return tuple(obs_space.shape), int(act_space.n)
+        return tuple(obs_space.shape), int(act_space.n), False
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"this Q-network needs flat Box observations{' or stacks of uint8 frames' if images else ''}; "
-                         f"{env_id!r} has {obs_space}")
-    return obs_space.shape[0], int(act_space.n)
+        raise ValueError(f"this Q-network needs flat Box or Discrete observations"
+                         f"{' or stacks of uint8 frames' if images else ''}; {env_id!r} has {obs_space}")
+    return obs_space.shape[0], int(act_space.n), False
+
+def discrete_env_dims(env_id:str,
+                      images:bool=False, # also uint8 frame stacks and bool grids
+                      ) -> tuple[int|tuple[int, ...], int]:
+    ("`env_dims` of `env_id` without `one_hot`, for a network that takes only Box observations: a `ValueError` "
+     "for a `Discrete` observation space.")
+    obs, n_actions, one_hot = env_dims(env_id, images)
+    if one_hot: raise ValueError(f"this Q-network needs flat Box observations; {env_id!r} has Discrete({obs})")
+    return obs, n_actions
 
 # %% ../nbs/05c_dqn.ipynb #cf9780b2
 class DQNCore(Stateful):

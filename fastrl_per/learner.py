@@ -4,6 +4,7 @@
 
 # %% ../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
+from typing import Literal
 import os
 import numpy as np
 import torch
@@ -15,7 +16,7 @@ from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful
 from .checks import check_int, check_number
@@ -29,8 +30,22 @@ from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'physical_memory', 'check_learner_args', 'observations', 'q_network',
-           'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'check_learner_args', 'observations',
+           'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+
+# %% ../nbs/06_learner.ipynb #b857fabc
+from contextlib import contextmanager
+
+@contextmanager
+def torch_threads(threads:int|None):
+    "Run the block with torch on `threads` CPU threads (None: as set), then restore torch's setting, even on an error."
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(check_int('threads', threads))
+    try: yield
+    finally: torch.set_num_threads(before)
 
 # %% ../nbs/06_learner.ipynb #70cb16dc
 def physical_memory() -> int:
@@ -54,22 +69,25 @@ def check_learner_args(c:dict):
     if c['max_grad_norm'] is not None: check_number('max_grad_norm', c['max_grad_norm'], low_ok=False)
 
 def observations(env_id:str, collector:str|None) -> tuple:
-    ("`(obs, n_actions, grid, frames)` of `env_id`: its observation shape (a size, a frame stack's or a grid's), its "
-     "action count, whether it is a MinAtar grid (10×10 bool cells, stored as bool) and whether stacks of uint8 frames "
-     "(a conv network, each frame stored once), which the background `collector` does not step.")
-    obs, n_actions = discrete_env_dims(env_id, images=True)
+    ("`(obs, n_actions, grid, frames, one_hot)` of `env_id`: its observation shape (a size, a frame stack's or a "
+     "grid's), its action count, whether it is a MinAtar grid (10×10 bool cells, stored as bool), whether stacks of "
+     "uint8 frames (a conv network, each frame stored once), which the background `collector` does not step, and "
+     "whether integers of a `Discrete(obs)` space (stored as they are, one-hot encoded by the network).")
+    obs, n_actions, one_hot = env_dims(env_id, images=True)
     grid = is_minatar(env_id)
     frames = isinstance(obs, tuple) and not grid
     if frames and collector:
         raise ValueError(f"the background collector steps flat-observation envs; {env_id!r} has frames: "
                          "train it without `collector`")
-    return obs, n_actions, grid, frames
+    return obs, n_actions, grid, frames, one_hot
 
-def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bool, layer_norm:bool):
-    "The Q-network for `obs` (see `observations`): MinAtar's for a grid, the Nature DQN's for frames, else the MLP."
+def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bool, layer_norm:bool,
+              one_hot:bool=False):
+    ("The Q-network for `obs` (see `observations`): MinAtar's for a grid, the Nature DQN's for frames, else the MLP "
+     "(`one_hot`: reading integers one-hot encoded).")
     if grid: return MinAtarQNetwork(obs[-1], n_actions, dueling, side=obs[0])
     if frames: return NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
-    return QNetwork(obs, n_actions, hidden, dueling, layer_norm)
+    return QNetwork(obs, n_actions, hidden, dueling, layer_norm, one_hot)
 
 def check_fits(nbytes:int, max_sz:int) -> int:
     "`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if this machine has less memory."
@@ -99,7 +117,7 @@ class Learner(Stateful):
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  *, # the rest by keyword: a position would silently mean another argument
-                 replay:str='per', # 'per' (prioritized) or 'uniform'
+                 replay:Literal['per', 'uniform']='per', # 'per' (prioritized) or 'uniform'
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  lr:float=5e-4, # Adam learning rate
@@ -117,17 +135,18 @@ class Learner(Stateful):
                  warmup:int|None=None, # transitions stored before the first update; none: bs
                  device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
-                 collector:str|None=None,
+                 collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         self.config = c = learner_config(Learner.__init__, locals())
         check_learner_args(c)
         c['alpha'], c['beta'] = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
-        obs, n_actions, grid, frames = observations(env_id, collector)
-        self.replay_nbytes = check_fits(self.storage_nbytes(obs, c['max_sz'], frames), c['max_sz'])
+        obs, n_actions, grid, frames, one_hot = observations(env_id, collector)
+        self.replay_nbytes = check_fits(self.storage_nbytes(obs, c['max_sz'], frames, one_hot), c['max_sz'])
         torch.manual_seed(c['seed'])
-        self.core = DQNCore(q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm']), lr, device)
+        network = q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm'], one_hot)
+        self.core = DQNCore(network, lr, device)
         agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], eps_decay_steps, seed=c['seed'])
         steps = self.act(agent, env_id, c['seed'], nenvs, collector)
         if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
@@ -155,12 +174,12 @@ class Learner(Stateful):
         return self.core.model
 
     @staticmethod
-    def storage_nbytes(obs, max_sz:int, frames:bool) -> int:
-        ("Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape) "
-         "once written.")
+    def storage_nbytes(obs, max_sz:int, frames:bool, one_hot:bool=False) -> int:
+        ("Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape; "
+         "`one_hot`: an integer) once written.")
         grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
-        dtype = np.uint8 if frames else bool if grid else np.float32
-        state = np.zeros(obs if isinstance(obs, tuple) else (obs,), dtype)
+        dtype = np.uint8 if frames else bool if grid else np.int64 if one_hot else np.float32
+        state = np.zeros(() if one_hot else obs if isinstance(obs, tuple) else (obs,), dtype)
         columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
         return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
@@ -186,9 +205,10 @@ class Learner(Stateful):
             row['frame'] = self.episodes.env_steps
             yield row
 
-    def fit(self, steps:int) -> list[dict]:
-        "Train for `steps` env steps; the metrics rows of every update."
-        return list(self.iterate(steps))
+    def fit(self, steps:int, threads:int|None=1) -> list[dict]:
+        ("Train for `steps` env steps; the metrics rows of every update. torch uses `threads` CPU threads meanwhile "
+         "and its own setting again after (`torch_threads`); None: torch's setting throughout.")
+        with torch_threads(threads): return list(self.iterate(steps))
 
     def stop(self):
         "End the stream after the env step in progress (its rows are those of an uninterrupted run)."

@@ -27,8 +27,10 @@ class RecurrentQNetwork(nn.Module):
     def __init__(self,
                  obs_dim:int, # size `d` of one observation
                  n_actions:int, # number of actions `A`
+                 one_hot:bool=False, # observations are integers of a `Discrete(d)` space, read one-hot encoded
                 ):
         super().__init__()
+        self.one_hot = one_hot
         self.obs_dim = check_int('obs_dim', obs_dim)
         self.n_actions = check_int('n_actions', n_actions)
         self.lstm1 = nn.LSTM(self.obs_dim, self.hidden, batch_first=True)
@@ -54,6 +56,7 @@ class RecurrentQNetwork(nn.Module):
     def encode(self, x, state=None, lengths=None) -> tuple[torch.Tensor, torch.Tensor]:
         "`unroll` before the head: the second LSTM's `B × T × 128` output (0 past `lengths`), the state after"
         w = self.head[0].weight
+        if self.one_hot: x = nn.functional.one_hot(torch.as_tensor(x, device=w.device).long(), self.obs_dim)
         x = torch.as_tensor(x, dtype=w.dtype, device=w.device)
         if x.ndim not in (2, 3) or x.shape[-1] != self.obs_dim or (x.ndim == 3 and x.shape[1] == 0):
             raise ValueError(f"expected input of shape (B, T, {self.obs_dim}) with T >= 1, "

@@ -4,6 +4,7 @@
 
 # %% ../nbs/11_recurrent_learner.ipynb #37d0be5b
 from __future__ import annotations
+from typing import Literal
 import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
@@ -11,7 +12,7 @@ from fastcore.meta import delegates
 from .core import SimpleStep
 from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .dqn import EpsilonGreedy, TrainStep, DQNCore, discrete_env_dims, dqn_args, learner_config
+from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, dqn_args, learner_config
 from .learner import Learner
 from .checks import check_int, check_number
 
@@ -103,7 +104,7 @@ def sequence_step(batch:PrioritizedBatch, # `burn_in + length` rows per sequence
     "Burn-in, online Q of the trained steps, n-step double-DQN targets, the masked loss, the sequence priorities"
     c, mask = batch.chunks, batch.mask
     B, L = len(mask), mask.shape[1] - burn_in
-    start = c.recurrent_state[:, 0] if stored else c.state.new_zeros(B, 4, model.hidden)
+    start = c.recurrent_state[:, 0] if stored else torch.zeros(B, 4, model.hidden, device=c.state.device)
     online, target = start, start
     lengths = mask[:, :burn_in].sum(1)
     if burn_in and (lengths > 0).any():
@@ -114,8 +115,8 @@ def sequence_step(batch:PrioritizedBatch, # `burn_in + length` rows per sequence
             target[some] = target_model.encode(c.state[some, :burn_in], start[some], lengths[some])[1]
     train = mask[:, burn_in:]
     obs, nxt = c.state[:, burn_in:], c.next_state[:, burn_in:]
-    # x_0..x_L; after the end: the last next state
-    x = torch.cat([torch.where(train[..., None], obs, nxt), nxt[:, -1:]], 1)
+    # x_0..x_L; after the end: the last next state (observations may be integers of a Discrete space: B × T)
+    x = torch.cat([torch.where(train.reshape(train.shape + (1,) * (obs.ndim - 2)), obs, nxt), nxt[:, -1:]], 1)
     q_all = model.unroll(x, online)[0]
     with torch.no_grad(): target_q = target_model.unroll(x, target)[0]
     q = q_all[:, :L].gather(-1, c.action[:, burn_in:].long().unsqueeze(-1)).squeeze(-1)
@@ -158,7 +159,8 @@ class RecurrentLearner(Learner):
                  total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
                  length:int=16, # steps per sequence that are trained on
                  burn_in:int=8, # steps before them that only advance the recurrent state
-                 recurrent_state:str='stored', # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
+                 # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
+                 recurrent_state:Literal['stored', 'zero']='stored',
                  bs:int=32, # sequences per batch
                  lr:float=1e-3, # Adam learning rate
                  # learning rate reached linearly by the last planned env step (None: `lr` throughout)
@@ -178,9 +180,9 @@ class RecurrentLearner(Learner):
         if eta > 1: raise ValueError(f"eta must be in [0, 1], got {eta!r}")
         if recurrent_state not in ('stored', 'zero'):
             raise ValueError(f"recurrent_state must be 'stored' or 'zero', got {recurrent_state!r}")
-        obs_dim, n_actions = discrete_env_dims(env_id)
+        obs_dim, n_actions, one_hot = env_dims(env_id)   # one_hot: Discrete observations, stored as integers
         torch.manual_seed(c['seed'])
-        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions), lr)
+        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions, one_hot), lr)
         agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c['eps_start'], end=c['eps_end'],
                                        decay_steps=eps_decay_steps, seed=c['seed'])
         steps = self.act(agent, env_id, c['seed'])

@@ -130,7 +130,7 @@ def test_subcommand_help_ends_with_examples(name):
 
 
 def test_every_learner_argument_is_a_train_flag_with_its_default():
-    text = ' '.join(run('train', '--help', check=0).stdout.split()).replace('--no- ', '--no-')  # argparse may wrap after a hyphen
+    text = ' '.join(run('train', '--help-all', check=0).stdout.split()).replace('--no- ', '--no-')  # argparse may wrap after a hyphen
     renamed = dict(env_id='--env', total_steps='--steps', max_sz='--buffer-size', nenvs='--envs')
     for cls in (Learner, RecurrentLearner):
         for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
@@ -142,6 +142,42 @@ def test_every_learner_argument_is_a_train_flag_with_its_default():
     assert '--seed INT seeds the network, envs, exploration and sampling (default: 0)' in text
     assert '--progress, --no-progress show a progress bar (default: --progress)' in text
     assert '--double, --no-double double DQN targets' in text
+
+
+# issue 44: first contact, round two
+
+@pytest.mark.parametrize('columns, most', [(80, 100), (100, 90)])
+def test_train_help_shows_the_common_flags_first_in_at_most_100_lines(columns, most):
+    "`train --help`: the run's flags, then the learner's; the recurrent model's, the collector's and Ape-X's only in --help-all."
+    short = run('train', '--help', env=dict(COLUMNS=str(columns)), check=0).stdout
+    lines = short.splitlines()
+    assert len(lines) <= most, f'{len(lines)} lines at {columns} columns'
+    assert '--help-all' in '\n'.join(lines[:8]), lines[:8]   # the first lines say where the rest is
+    headings = [l for l in lines if l and not l[0].isspace() and l.endswith(':')]
+    assert headings[:3] == ['options:', 'the run:', 'the learner (a flag marked "mlp only": --model mlp alone):'], headings
+    for hidden in ('--length', '--burn-in', '--recurrent-state', '--collector', '--actors', '--chunk', 'MinAtar ids:'):
+        assert hidden not in short.split('options:')[1], hidden
+    full = run('train', '--help-all', env=dict(COLUMNS=str(columns)), check=0).stdout
+    sections = [l for l in full.splitlines() if l and not l[0].isspace() and l.endswith(':')]
+    assert sections == ['options:', 'the run:', 'the learner (a flag marked "mlp only": --model mlp alone):',
+                        'the recurrent model only (--model recurrent):', 'the background collector (--collector; mlp only):',
+                        'Ape-X on Ray (--actors N; the ray extra):', 'examples:'], sections
+    assert full.index('--length INT') > full.index('the recurrent model only') and full.index('--chunk INT') > full.index('Ape-X')
+
+
+def test_train_help_names_the_choices_and_refuses_others():
+    text = ' '.join(run('train', '--help-all', check=0).stdout.split())
+    for choice in ('--replay {per,uniform}', '--model {mlp,recurrent}', '--prioritization {proportional,rank}',
+                   '--collector {process,thread}', '--recurrent-state {stored,zero}'):
+        assert choice in text, choice
+    done = run('train', '--replay', 'greedy', check=2)
+    assert "argument --replay: invalid choice: 'greedy' (choose from per, uniform)" in done.stderr, done.stderr
+    assert "invalid choice: 'lstm' (choose from mlp, recurrent)" in run('train', '--model', 'lstm', check=2).stderr
+
+
+def test_the_runs_page_says_where_the_other_flags_are():
+    page = (ROOT / 'docs' / 'runs.md').read_text()
+    assert 'fastrl_per train --help-all' in page
 
 
 def test_usage_error_exits_2():

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install fastrl_per as a wheel user does, into a fresh venv away from the clone: first with no extra (the buffers, the
-# pipes and the learner must work, and `fastrl_per train` must name the cli extra in one line), then with the cli extra
-# (the main job must run). Prints each install's size.
+# Install fastrl_per as the README says a user does (it is on no registry yet), into a fresh venv away from the clone:
+# first the wheel built in the clone, with no extra (the buffers, the pipes and the learner must work, and `fastrl_per
+# train` must name the cli extra in one line), then `pip install '.[cli]'` from the clone (the main job must run).
+# Prints each install's size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -11,7 +12,11 @@ python3 -m venv "$work/venv"
 py="$work/venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -m pip install -q torch==2.13.0
-"$py" -m pip install -q "$repo"
+"$py" -m pip wheel -q --no-deps -w "$work/dist" "$repo"
+wheel=$(cd "$work/dist" && ls fastrl_per-*.whl)
+grep -qF "pip install dist/$wheel" "$repo/README.md" ||
+  { echo "README.md does not name the wheel pip builds: $wheel"; exit 1; }
+"$py" -m pip install -q "$work/dist/$wheel"
 "$py" -m pip check
 cd "$work"
 "$py" - <<'PY'

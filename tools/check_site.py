@@ -5,9 +5,10 @@
 - an error shown under a cell (a traceback, `SyntaxError`, `...Error:` in an output);
 - a notebook page (one per nbs/*.ipynb) with no output under any cell.
 With `--browser` it also opens every page in headless Chromium, lets MathJax run, and fails on a page whose
-formulas were not typeset (TeX left in the text, or math delimiters and no typeset formula).
+formulas were not typeset (TeX left in the text, or math delimiters and no typeset formula), and on a table wider
+than the text column in a 1280 px window (it would be cut off behind a scroll bar: tools/docs.css wraps tables).
 Usage: python tools/check_site.py [--browser]; exits 1 listing every problem, else prints the counts."""
-import re, subprocess, sys
+import html, json, re, subprocess, sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -79,16 +80,46 @@ def browser_problems(path, chromium='chromium'):
     if has_math and '<mjx-container' not in dom: res.append(f'{path.name} in Chromium: formulas, none typeset')
     return res
 
+WIDTH = 1280   # the window a reader's laptop gives the page
+MEASURE = """<!doctype html><html><body style="margin:0"><pre id="out">not measured</pre>
+<iframe id="page" style="width:%dpx;height:900px;border:0"></iframe>
+<script>
+const frame = document.getElementById('page');
+frame.onload = () => {
+  const wide = [];
+  for (const t of frame.contentDocument.querySelectorAll('article table')) {
+    const column = t.closest('article').getBoundingClientRect(), box = t.getBoundingClientRect();
+    if (box.right > column.right + 1)
+      wide.push(`${Math.round(box.width)} px in a ${Math.round(column.width)} px column: ${t.rows[0].textContent}`);
+  }
+  document.getElementById('out').textContent = 'WIDE ' + JSON.stringify(wide);
+};
+frame.src = location.hash.slice(1);
+</script></body></html>""" % WIDTH
+
+def wide_tables(path, measure, chromium='chromium'):
+    ("The tables of the page at `path` wider than its text column at `WIDTH` px, measured in headless Chromium by the "
+     "page `measure` (MEASURE, which loads the page in a frame of that width).")
+    dom = subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--allow-file-access-from-files',
+                          '--virtual-time-budget=10000', f'--window-size={WIDTH + 20},900', '--dump-dom',
+                          f'{measure.as_uri()}#{path.as_uri()}'], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'WIDE (\[.*?\])</pre>', dom, re.DOTALL)
+    if not m: return [f'{path.name} in Chromium: its tables could not be measured']
+    return [f'{path.name} at {WIDTH} px: a table of {" ".join(w.split())[:100]}' for w in json.loads(html.unescape(m[1]))]
+
 def check_site(browser=False):
     "Every problem of the site, and a line of counts."
     missing = [f'_docs/{f} is missing' for f in MATH_JS if not (site/f).is_file()]
     notebooks = {p.stem for p in (root/'nbs').glob('*.ipynb')}
     pages = sorted(p for p in site.rglob('*.html') if p.stem != '404' and not {'assets', 'search'} & set(p.parts))
     problems, outputs, images = list(missing), 0, 0
+    measure = site/'assets'/'measure-tables.html'
+    if browser: measure.write_text(MEASURE)
     for p in pages:
         res, n_out, n_img = page_problems(p, p.parent == site and p.stem in notebooks)
         problems += res; outputs += n_out; images += n_img
-        if browser: problems += browser_problems(p)
+        if browser: problems += browser_problems(p) + wide_tables(p, measure)
+    if browser: measure.unlink()
     n_notebooks = len(notebooks & {p.stem for p in pages if p.parent == site})
     counts = f'{len(pages)} pages ({n_notebooks} notebooks), {outputs} outputs, {images} images'
     return problems, counts

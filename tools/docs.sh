@@ -4,8 +4,11 @@
 # _proc/ with mkdocs in strict mode. Fails if a notebook cell raises or does not compile, or a page does not build.
 # Formulas are typeset by MathJax 3 from npm (the registry's tarball, checked by npm), kept in .cache/ and copied into
 # the site, so the pages show them offline. tools/check_site.py checks the result.
+# Run it after tools/setup.sh: it first installs into .venv what it needs (nbdev, execnb and mkdocs from the dev extra,
+# and the extras the notebooks import: the same as tools/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+.venv/bin/python -m pip install -q -e '.[dev,video,ray]'
 rm -rf _proc _docs
 .venv/bin/python tools/docs.py
 cp tools/docs.css _proc/
