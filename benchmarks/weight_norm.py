@@ -46,11 +46,12 @@ def main():
     extra = [x for kv in a.set for x in (f"--{kv.split('=')[0].replace('_', '-')}", kv.split('=', 1)[1])]
     print('| weight_norm | seed | steps to mean-20 ≥ 475 | evaluate (greedy mean of 10, best.pt) | mean weight |')
     print('|---|--:|--:|--:|--:|', flush=True)
-    for norm in a.norms:
-        for seed in range(a.first_seed, a.first_seed + a.seeds):
+    for seed in range(a.first_seed, a.first_seed + a.seeds):   # seed-major: a cut-short table stays paired
+        for norm in a.norms:
             d = Path(a.out) / f"{norm}-{seed}"
-            run([str(bin_dir / 'fastrl_per'), 'train', '--env', a.env, '--seed', str(seed), '--weight-norm', norm,
-                 '--out', str(d), '--no-progress', *extra], env)
+            if not (d / 'best.pt').is_file():   # a run already made is evaluated, not made again
+                run([str(bin_dir / 'fastrl_per'), 'train', '--env', a.env, '--seed', str(seed), '--weight-norm', norm,
+                     '--out', str(d), '--no-progress', *extra], env)
             score = re.search(r'mean return over \d+ greedy episodes: (-?[\d.]+)',
                               run([str(bin_dir / 'fastrl_per'), 'evaluate', str(d)], env)).group(1)
             steps = solved_at(d)
