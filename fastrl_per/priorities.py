@@ -27,7 +27,7 @@ def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
 
 # %% ../nbs/04b_priorities.ipynb #2119a5a0
 EPS = 1e-6                               # the default priority offset: p = |td| + EPS
-WEIGHT_NORM = 'buffer'                   # the default normalisation of the importance weights
+WEIGHT_NORM = 'batch'                    # the default normalisation of the importance weights (05_per: why)
 WEIGHT_NORMS = ('batch', 'buffer')       # the batch's largest weight (Dopamine, Acme); the buffer's (baselines)
 
 def check_weight_norm(value, name:str='weight_norm') -> str:

@@ -41,6 +41,13 @@ def one_near_zero(**kwargs) -> PrioritizedReplayBuffer:
 
 # ---------------------------------------------------------------- the weights under the defaults
 
+def test_one_near_zero_priority_leaves_the_batch_weights_above_the_floor():
+    "Fails with the buffer's normalisation at eps 1e-6 (mean weight about 0.03): every weight divided by eps's."
+    buf = one_near_zero()
+    means = [buf.sample().weights.mean().item() for _ in range(20)]
+    assert min(means) > FLOOR, means
+
+
 @pytest.mark.parametrize('norm, low, high', [('buffer', 0., 0.1), ('batch', FLOOR, 1.)])
 def test_each_normalisation_on_the_same_priorities(norm, low, high):
     buf = one_near_zero(weight_norm=norm, eps=1e-6)
@@ -248,3 +255,13 @@ def test_the_example_refuses_an_unknown_replay():
 def _env() -> dict:
     import os
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])))
+
+
+def test_the_command_takes_weight_norm_and_names_a_bad_one(tmp_path):
+    command = [str(Path(sys.executable).parent / 'fastrl_per'), 'train', '--out', str(tmp_path / 'run')]
+    done = subprocess.run([*command, '--weight-norm', 'max'], capture_output=True, text=True, timeout=300, env=_env())
+    assert done.returncode == 1 and 'Traceback' not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "'max'" in done.stderr and 'weight_norm' in done.stderr
+    assert not (tmp_path / 'run').exists()
+    helped = subprocess.run([*command[:2], '--help'], capture_output=True, text=True, timeout=300, env=_env())
+    assert '--weight-norm' in helped.stdout and "'batch'" in helped.stdout
