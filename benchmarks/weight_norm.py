@@ -35,7 +35,7 @@ def solved_at(run_dir:Path, threshold:float=475.) -> int|None:
     return ended[hit[0] + 19][0] if len(hit) else None
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--seeds', type=int, default=10); p.add_argument('--first-seed', type=int, default=0)
     p.add_argument('--norms', nargs='+', default=['buffer', 'batch'])
     p.add_argument('--env', default='CartPole-v1'); p.add_argument('--out', default='runs/weight_norm')

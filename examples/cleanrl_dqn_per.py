@@ -109,8 +109,9 @@ class SB3Replay:
 
     def sample(self, bs: int, device=None):
         data = self.rb.sample(bs)
-        return SimpleNamespace(state=data.observations, action=data.actions.flatten(), next_state=data.next_observations,
-                               reward=data.rewards.flatten(), terminated=data.dones.flatten(), idxs=None,
+        return SimpleNamespace(state=data.observations, action=data.actions.flatten(),
+                               next_state=data.next_observations, reward=data.rewards.flatten(),
+                               terminated=data.dones.flatten(), idxs=None,
                                weights=torch.ones(bs, device=data.rewards.device))
 
     def update_priorities(self, idxs, td_errors): pass

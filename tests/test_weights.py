@@ -42,7 +42,8 @@ def one_near_zero(**kwargs) -> PrioritizedReplayBuffer:
 # ---------------------------------------------------------------- the weights under the defaults
 
 def test_one_near_zero_priority_leaves_the_batch_weights_above_the_floor():
-    "Fails with the buffer's normalisation at eps 1e-6 (mean weight about 0.03): every weight divided by eps's."
+    ("Fails with the former default, the buffer's normalisation at eps 1e-6: mean weight 0.024, every weight "
+     "divided by the weight of eps.")
     buf = one_near_zero()
     means = [buf.sample().weights.mean().item() for _ in range(20)]
     assert min(means) > FLOOR, means
