@@ -15,7 +15,7 @@ from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
 from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
-from .priorities import feedback_arrays, annealed_beta
+from .priorities import feedback_arrays, annealed_beta, check_weight_norm, EPS
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
@@ -45,9 +45,11 @@ def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model
 # %% ../nbs/13_apex.ipynb #e2fc6e16
 class ReplayServer:
     "One `PrioritizedReplayBuffer` behind the methods a replay actor (one shard of the replay) serves."
-    def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float=0.6, beta:float=0.4, eps:float=1e-6,
+    def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float=0.6, beta:float=0.4, eps:float=EPS,
                  seed:int|None=None):
-        self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed)
+        # weights divided by the shard's least priority's: `join_shards` rescales them across shards
+        self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
+                                              weight_norm='buffer')
 
     def add(self, batch:SimpleStep, td_errors:torch.Tensor) -> int:
         "Store `batch` with priorities |`td_errors`| + eps; the number of transitions ever added."
@@ -201,7 +203,8 @@ def shard_counts(totals, n:int, bs:int, rng:np.random.Generator) -> np.ndarray:
     if not p.sum() > 0: return np.zeros((n, len(p)), np.int64)
     return rng.multinomial(bs, p / p.sum(), size=n)
 
-def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
+def join_shards(answers:list[dict], capacity:int,
+                weight_norm:str='buffer') -> list[SimpleStep]: # 'batch': then divided by each batch's largest weight
     "The batches of every shard's `draw` answer joined: idxs made global, weights normalised by the least priority."
     least, joined = min(a['least'] for a in answers), []
     for j in range(len(answers[0]['batches'])):
@@ -209,7 +212,8 @@ def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
                  for k, a in enumerate(answers) if a['batches'][j] is not None]
         batch = parts[0][1] if len(parts) == 1 else SimpleStep.from_steps([b for _, b, _ in parts])
         batch.idxs = torch.cat([b.idxs + k * capacity for k, b, _ in parts])
-        batch.weights = torch.cat([b.weights * float(scale) for _, b, scale in parts])
+        weights = torch.cat([b.weights * float(scale) for _, b, scale in parts])
+        batch.weights = weights / weights.max() if weight_norm == 'batch' else weights
         joined.append(batch)
     return joined
 
@@ -217,12 +221,13 @@ def join_shards(answers:list[dict], capacity:int) -> list[SimpleStep]:
 class ReplayClient:
     """The learner's handle on the `ReplayServer` shards with the buffer methods the DQN stages call: priority feedback,
     gathered and sent one call a shard at a time; beta annealing; batches drawn across the shards."""
-    def __init__(self, beta:float, timeout:float, capacity:int, shards:int=1):
+    def __init__(self, beta:float, timeout:float, capacity:int, shards:int=1,
+                 weight_norm:str='buffer'): # what the joined batches' weights are divided by (`join_shards`)
         self.servers, self.timeout, self.pending, self.gathered = [], timeout, [], []   # `servers`: set while running
         self.capacity, self.lost, self.places = capacity, None, [None] * shards   # `lost`: why a shard is gone
         self.totals = [dict(total=0., least=math.inf, size=0, beta=beta)] * shards   # as each shard last answered
         self.beta0 = self.beta = beta
-        self.fraction, self.final = None, 1.
+        self.fraction, self.final, self.weight_norm = None, 1., check_weight_norm(weight_norm)
 
     def connect(self, servers:list):
         "Talk to the started `ReplayServer` actors `servers`, shard k being `servers[k]`."
@@ -286,7 +291,7 @@ class ReplayClient:
         answers = [self.get(k, ref) for k, ref in draws]
         self.totals = [{k: a[k] for k in ('total', 'least', 'size', 'beta')} for a in answers]
         drawn = any(b is not None for a in answers for b in a['batches'])   # all or nothing: `bs` each, or none
-        return join_shards(answers, self.capacity) if drawn else []
+        return join_shards(answers, self.capacity, self.weight_norm) if drawn else []
 
     def state_dicts(self) -> list[dict]:
         "Every shard's buffer."
@@ -300,7 +305,7 @@ def check_apex_args(a:dict):
     for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'nenvs', 'eps_decay_steps',
               'batches_per_call'): check_int(k, a[k])
     check_int('max_restarts', a['max_restarts'], low=0); check_number('replay_ratio', a['replay_ratio'], low_ok=False)
-    check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma'])
+    check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma']); check_weight_norm(a['weight_norm'])
     check_number('actor_cpus', a['actor_cpus'], low_ok=False); check_number('replay_cpus', a['replay_cpus'])
     if a['num_cpus'] is not None: check_number('num_cpus', a['num_cpus'], low_ok=False)
     for name in ('eps_start', 'eps_end'):
@@ -353,7 +358,7 @@ class ApexRun(Stateful):
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
-        self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards)
+        self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards, args['weight_norm'])
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
         self.shard_rng = np.random.default_rng(args['seed'])   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0

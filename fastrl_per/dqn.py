@@ -21,6 +21,7 @@ from .envs import check_env_id
 from .atari import make_env
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
+from .priorities import EPS, WEIGHT_NORM
 from .checks import check_int, check_number
 from .nstep import nstep_discount
 
@@ -468,7 +469,8 @@ def check_torch_rng(rng):
 def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
              max_sz:int=50_000, # replay capacity in transitions
              gamma:float=0.99, # discount
-             eps:float=1e-6, # added to |TD error|
+             eps:float=EPS, # added to |TD error|
+             weight_norm:str=WEIGHT_NORM, # importance weights divided by the batch's largest ('batch') or the buffer's
              double:bool=True, # double DQN targets
              eps_start:float=1.0, # exploration at the start
              eps_end:float=0.01, # exploration after the decay

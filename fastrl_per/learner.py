@@ -15,7 +15,7 @@ from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .priorities import kind_defaults
+from .priorities import kind_defaults, check_weight_norm
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful
@@ -62,6 +62,7 @@ def check_learner_args(c:dict):
         raise ValueError(f"replay must be 'per' or 'uniform', got {c['replay']!r}")
     if c['replay'] == 'uniform' and c['prioritization'] != 'proportional':
         raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
+    check_weight_norm(c['weight_norm'])
     if c['collector'] not in (None, 'process', 'thread'):
         raise ValueError(f"collector must be 'process' or 'thread', got {c['collector']!r}")
     for name in ('publish_every', 'total_steps', 'n_step', 'nenvs', 'max_sz', 'bs'): check_int(name, c[name])
@@ -98,14 +99,14 @@ def check_fits(nbytes:int, max_sz:int) -> int:
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
      "`frames` (each frame once), else a ring; `cadence`: the pipe's `every`, `repeats` and `warmup`.")
     storage = FrameStorage(max_sz) if frames else None
     if replay == 'uniform':
         return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
-                                     prioritization=prioritization, storage=storage)
+                                     prioritization=prioritization, storage=storage, weight_norm=weight_norm)
     return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
 
 class Learner(Stateful):
@@ -153,7 +154,8 @@ class Learner(Stateful):
         if c['n_step'] > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, c['n_step'], c['gamma'], keep_open=True)
         self.replay = make_replay(steps, replay, frames, c['max_sz'], bs, c['seed'], c['alpha'], c['beta'], c['eps'],
-                                  prioritization, every=train_every, repeats=gradient_steps, warmup=warmup)
+                                  prioritization, c['weight_norm'], every=train_every, repeats=gradient_steps,
+                                  warmup=warmup)
         stored = total_steps - (c['n_step'] - 1) * nenvs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
         self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
@@ -289,7 +291,10 @@ class Learner(Stateful):
 def upgrade_checkpoint(state:dict) -> dict:
     ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
      "for `check_state` to judge.")
-    older = isinstance(state, dict) and state.get('version') in (2, 3, 4) and isinstance(state.get('config'), dict)
+    config = state.get('config') if isinstance(state, dict) else None
+    if isinstance(config, dict) and state.get('version') == 5 and 'weight_norm' not in config:   # before the option
+        return dict(state, config=dict(config, weight_norm='buffer'))   # weights divided by the buffer's largest
+    older = isinstance(state, dict) and state.get('version') in (2, 3, 4) and isinstance(config, dict)
     if not older: return state
     config, learner = dict(state['config']), state.get('learner')
     if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
@@ -298,6 +303,7 @@ def upgrade_checkpoint(state:dict) -> dict:
     if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
         config.setdefault('collector', None); config.setdefault('publish_every', 50)
     if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
+    config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
     config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}

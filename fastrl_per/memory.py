@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
-from .priorities import check_tensor
+from .priorities import check_tensor, feedback_arrays, annealed_beta
 from .checks import check_int, save_atomically
 from .state import Stateful, check_keys, check_version
 
@@ -595,6 +595,21 @@ class ReplayBuffer(BufferCore):
         self._drawn = (batch.idxs, slots)   # handed back to `update_priorities`, it needs no copy to the host
         return batch
 
+    def update_priorities(self,
+                          idxs, # slots, as in a sampled batch's `idxs`: shape (B,)
+                          td_errors): # one TD error per slot, (B,) or (B, 1), torch or numpy
+        ("Check `idxs` and `td_errors` as a prioritized buffer does (a `ValueError` names what is wrong) and keep "
+         "nothing: uniform replay has no priorities, so a loop can swap the buffer classes and change nothing else.")
+        with self.lock:
+            drawn, slots = self._drawn
+            feedback_arrays(slots if idxs is drawn else idxs, td_errors, stored=self.storage.sz, column=True)
+
+    def anneal_beta(self,
+                    fraction:float, # training progress: at least 0, past 1 holds `final`
+                    final:float=1.0): # beta at the end of training
+        "Check the arguments as a prioritized buffer does; uniform replay's weights stay ones."
+        annealed_beta(1., fraction, final)
+
     @locked
     def state_dict(self) -> dict:
         "Everything needed to restore the buffer, sampler included, as tensors and plain values; it names its storage."
@@ -672,6 +687,8 @@ class ExperienceReplay(IterDataPipe):
     def add(self, steps):
         "Store `steps` (a `SimpleStep`, a batch or a list of them) in the buffer; the slots written."
         return self.buffer.add(steps)
+    def update_priorities(self, idxs, td_errors): self.buffer.update_priorities(idxs, td_errors)
+    def anneal_beta(self, fraction:float, final:float=1.0): self.buffer.anneal_beta(fraction, final)
     def __len__(self): return len(self.buffer)
     @property
     def bs(self): return self.buffer.bs

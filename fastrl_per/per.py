@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 from .memory import ReplayBuffer, ExperienceReplay
-from .priorities import Priorities, PriorityKnobs, feedback_arrays
+from .priorities import Priorities, PriorityKnobs, feedback_arrays, EPS, WEIGHT_NORM
 
 # %% auto #0
 __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
@@ -22,13 +22,15 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
                  bs:int=1, # default batch size of `sample`
                  alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
-                 eps:float=1e-6, # added to every |TD error| so each transition stays drawable
+                 eps:float=EPS, # added to every |TD error| so each transition stays drawable
                  seed:int|None=None, # seeds the sampler
                  prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
                  schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
-                 storage=None): # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+                 storage=None, # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema, storage=storage)
-        self._core = Priorities(self.max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization)
+        self._core = Priorities(self.max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization,
+                                weight_norm=weight_norm)
 
     @property
     def prioritizer(self) -> Priorities:
@@ -85,16 +87,18 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  max_sz:int=100, # transitions kept
                  alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
-                 eps:float=1e-6, # added to every |TD error|
+                 eps:float=EPS, # added to every |TD error|
                  return_idxs:bool=False, # yield `(batch, idxs)` instead of the batch
                  seed:int|None=None, # seeds the sampler
                  every:int=1, # incoming items between rounds of sampling
                  repeats:int=1, # batches sampled each round
                  warmup:int|None=None, # steps stored before the first sample; None: bs
                  buffer:PrioritizedReplayBuffer|None=None, # an existing buffer core to wrap instead of a new one
-                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,
-                                                            seed=seed, prioritization=prioritization)
+                                                            seed=seed, prioritization=prioritization,
+                                                            weight_norm=weight_norm)
         super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats,
                          warmup=warmup)
 

@@ -13,16 +13,28 @@ from .checks import check_int, check_number
 from .state import check_keys
 
 # %% auto #0
-__all__ = ['PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta', 'RankHeap', 'kind_defaults', 'Priorities',
-           'feedback_arrays', 'check_tensor', 'PriorityKnobs']
+__all__ = ['EPS', 'WEIGHT_NORM', 'WEIGHT_NORMS', 'PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta',
+           'check_weight_norm', 'RankHeap', 'kind_defaults', 'Priorities', 'feedback_arrays', 'check_tensor',
+           'PriorityKnobs']
 
 # %% ../nbs/04b_priorities.ipynb #207a63ed
 def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
-    "Beta after `fraction` of training, moving linearly from `beta0` to `final`."
+    ("Beta after `fraction` of training, moving linearly from `beta0` to `final`; a fraction past 1 (a progress "
+     "that overshoots by rounding, as SB3's does) holds `final`.")
     check_number('fraction', fraction)
-    if fraction > 1: raise ValueError(f"fraction is training progress in [0, 1], got {fraction!r}")
     check_number('final', final)
-    return beta0 + fraction * (final - beta0)
+    return beta0 + min(fraction, 1.) * (final - beta0)
+
+# %% ../nbs/04b_priorities.ipynb #2119a5a0
+EPS = 1e-6                               # the default priority offset: p = |td| + EPS
+WEIGHT_NORM = 'batch'                    # the default normalisation of the importance weights (05_per: why)
+WEIGHT_NORMS = ('batch', 'buffer')       # the batch's largest weight (Dopamine, Acme); the buffer's (baselines)
+
+def check_weight_norm(value, name:str='weight_norm') -> str:
+    "`value` if it is one of `WEIGHT_NORMS`; a `ValueError` naming it otherwise."
+    if not isinstance(value, str) or value not in WEIGHT_NORMS:
+        raise ValueError(f"{name} must be one of {list(WEIGHT_NORMS)}, got {value!r}")
+    return value
 
 # %% ../nbs/04b_priorities.ipynb #b5ab7919
 @njit(cache=True)
@@ -124,14 +136,16 @@ class RankHeap:
             self._bounds = ((n, k, alpha), (starts, np.diff(np.append(starts, n))))
         return self._bounds[1]
 
-    def draw(self, rng:np.random.Generator, bs:int, alpha:float, beta:float, segments:int|None=None):
+    def draw(self, rng:np.random.Generator, bs:int, alpha:float, beta:float, segments:int|None=None,
+             weight_norm:str='buffer'): # weights divided by the largest the heap could give ('buffer') or the batch's
         "`bs` keys, the segments stratified and a position uniform within each, and their float32 importance weights."
         if self.size == 0: raise ValueError("nothing to draw: no key holds a positive priority")
         starts, widths = self.segments(self.size, min(segments or bs, self.size), alpha)
         k = len(starts)
         seg = np.minimum(((np.arange(bs) + rng.random(bs)) * (k / bs)).astype(np.int64), k - 1)
         at = starts[seg] + np.minimum((rng.random(bs) * widths[seg]).astype(np.int64), widths[seg] - 1)
-        return self.heap[at], ((widths[seg] / widths.max()) ** beta).astype(np.float32)   # P = 1 / (k * width)
+        top = widths[seg].max() if check_weight_norm(weight_norm) == 'batch' else widths.max()
+        return self.heap[at], ((widths[seg] / top) ** beta).astype(np.float32)   # P = 1 / (k * width)
 
 # %% ../nbs/04b_priorities.ipynb #a0df6b81
 PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari ones
@@ -152,10 +166,12 @@ class Priorities:
                  capacity:int, # number of keys; keys are ints in [0, capacity)
                  alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
-                 eps:float=1e-6, # added to every |TD error| so each key stays drawable
+                 eps:float=EPS, # added to every |TD error| so each key stays drawable
                  stale_rule:bool=True, # keys are reused (ring slots): drop updates meant for an earlier occupant
                  prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
-                 segments:int|None=None): # rank only: strata of equal probability in a draw; None: the batch size
+                 segments:int|None=None, # rank only: strata of equal probability in a draw; None: the batch size
+                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest ('batch') or the buffer's
+        check_weight_norm(weight_norm)
         check_int('capacity', capacity)
         if capacity > self.max_capacity:
             raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
@@ -163,7 +179,7 @@ class Priorities:
         if segments is not None and prioritization != 'rank':
             raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
         if segments is not None: check_int('segments', segments)
-        self.prioritization, self.segments = prioritization, segments
+        self.prioritization, self.segments, self.weight_norm = prioritization, segments, weight_norm
         self._alpha, self.beta = check_number('alpha', alpha), check_number('beta', beta)
         self.beta0, self.eps = self.beta, check_number('eps', eps, low_ok=False)
         self.capacity, self.max_priority, self.stale_rule = int(capacity), 1.0, stale_rule
@@ -175,7 +191,8 @@ class Priorities:
         self._stale_dropped = 0                            # updates the stale rule dropped
 
     def __repr__(self): return (f"Priorities(capacity={self.capacity}, prioritization={self.prioritization!r}, "
-                                f"alpha={self.alpha}, beta={self.beta}, {self.tree!r})")
+                                f"alpha={self.alpha}, beta={self.beta}, weight_norm={self.weight_norm!r}, "
+                                f"{self.tree!r})")
 
     def leaves_of(self, prios, alpha:float|None=None, what:str='priority') -> np.ndarray:
         "`prios ** alpha` (default: this core's alpha); a `ValueError` naming the first leaf above `ceiling`."
@@ -247,7 +264,7 @@ class Priorities:
     def moved(self, capacity:int, old, new) -> Priorities:
         "A core of `capacity` keys with this one's exponents and `max_priority`; keys `new` hold what `old` hold here."
         other = Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization,
-                           self.segments)
+                           self.segments, self.weight_norm)
         other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
@@ -255,14 +272,16 @@ class Priorities:
 
     def draw(self, rng:np.random.Generator, bs:int):
         "`bs` keys, one from each of `bs` strata of equal probability, and their float32 importance weights."
-        if self.prioritization == 'rank': keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.segments)
+        if self.prioritization == 'rank':
+            keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.segments, self.weight_norm)
         else:
             total = self.tree.total
             if not (math.isfinite(total) and total > 0):
                 raise ValueError(f"the total priority must be positive and finite, got {total!r}")
             u = (np.arange(bs) + rng.random(bs)) * (total / bs)
             keys, leaves = self.tree.find_unchecked(u)
-            weights = ((leaves / self.tree.min) ** -self.beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_min)^-β
+            least = leaves.min() if self.weight_norm == 'batch' else self.tree.min   # the leaf of the largest weight
+            weights = ((leaves / least) ** -self.beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_least)^-β
         self.sampled_at[keys] = self.writes[keys]
         return keys, weights
 
@@ -286,7 +305,8 @@ class Priorities:
     def state_dict(self, keys) -> dict:
         "The exponents, `max_priority`, the stale-drop count and the raw priorities and write counts of `keys`."
         return dict({k: getattr(self, k) for k in STATE_SCALARS}, stale_dropped=self._stale_dropped,
-                    prioritization=self.prioritization, priorities=torch.from_numpy(self.raw[keys]),
+                    prioritization=self.prioritization, weight_norm=self.weight_norm,
+                    priorities=torch.from_numpy(self.raw[keys]),
                     writes=torch.from_numpy(self.writes[keys]), sampled_at=torch.from_numpy(self.sampled_at[keys]))
 
     def check_state(self, state:dict, n:int):
@@ -298,6 +318,7 @@ class Priorities:
         kind = state.get('prioritization', 'proportional')   # a state saved before rank-based prioritization existed
         if kind != self.prioritization:
             raise ValueError(f"state of a {kind!r} priority core cannot load into a {self.prioritization!r} one")
+        check_weight_norm(state.get('weight_norm', 'buffer'), 'state weight_norm')   # older states: 'buffer'
         for k, dtype in STATE_ARRAYS.items(): check_tensor(k, state[k], n, dtype)
         prios, writes, sampled_at = (state[k].numpy() for k in STATE_ARRAYS)
         if n and not (prios.min() > 0 and prios.max() <= state['max_priority']):
@@ -318,7 +339,7 @@ class Priorities:
         keys = np.asarray(keys, np.int64)
         self.check_state(state, len(keys))
         loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule,
-                            self.prioritization, self.segments)
+                            self.prioritization, self.segments, state.get('weight_norm', 'buffer'))
         for k in STATE_SCALARS: setattr(loaded, k, state[k])
         loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
         loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active
@@ -411,6 +432,7 @@ class PriorityKnobs:
     beta = _knob('beta', "The importance-sampling exponent.", lambda self, v: self.set_beta(v))
     beta0 = _knob('beta0', "beta at the start of training, where `anneal_beta` starts.")
     eps = _knob('eps', "Added to every |TD error|.")
+    weight_norm = _knob('weight_norm', "What the importance weights are divided by: 'batch' or 'buffer'.")
     max_priority = _knob('max_priority', "The largest raw priority |td| + eps seen; new items enter with it.")
     tree = _knob('tree', "The `SumTree` of priority ** alpha.")
     stale_dropped = _knob('stale_dropped',

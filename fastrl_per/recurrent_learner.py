@@ -189,7 +189,7 @@ class RecurrentLearner(Learner):
         stored = recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
         self.replay = PrioritizedSequenceReplay(capacity=c['max_sz'], alpha=alpha, beta=beta, epsilon=c['eps'],
-                                                seed=c['seed'])
+                                                seed=c['seed'], weight_norm=c['weight_norm'])
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every,
                                             burn_in=burn_in, warmup=warmup)
         losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, c['n_step'], c['gamma'], eta,

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
 from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header
-from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor
+from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor, EPS, WEIGHT_NORM
 from .checks import check_int, check_number
 from .state import Stateful, check_keys
 
@@ -276,14 +276,15 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
                  capacity:int=1_000_000, # as SequenceReplay, in transitions
                  alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
-                 epsilon:float=1e-6, # added to every |error| so an episode stays drawable
+                 epsilon:float=EPS, # added to every |error| so an episode stays drawable
                  *,
                  seed:int|None=None, # seeds the sampler
-                 prioritization:str='proportional'): # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         check_number('epsilon', epsilon, low_ok=False)
         super().__init__(capacity, seed=seed)
         self.prioritizer = Priorities(self.n_slots, alpha=alpha, beta=beta, eps=epsilon, stale_rule=False,
-                                      prioritization=prioritization)  # ids are never reused
+                                      prioritization=prioritization, weight_norm=weight_norm)  # ids are never reused
         self.tree_length = 1      # the tree holds the episodes with at least this many transitions
 
     epsilon = property(lambda self: self.prioritizer.eps, doc="Added to every |error|.")

@@ -147,7 +147,6 @@ BAD_CALLS = [
     (lambda b: b.update_priorities([-1], [1.]), ['index -1']),
     (lambda b: b.update_priorities([0.5], [1.]), ['integer', 'float']),
     # exponents
-    (lambda b: b.anneal_beta(1.5), ['1.5']),
     (lambda b: b.anneal_beta(-0.1), ['-0.1']),
     (lambda b: b.anneal_beta(0.5, final=-1), ['final', '-1']),
     (lambda b: b.anneal_beta(float('nan')), ['nan']),
