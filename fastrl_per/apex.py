@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math
 import os
+from typing import Literal   # the hints ApexRun takes from dqn_args (weight_norm) name it
 import numpy as np
 import torch
 import torch.nn as nn

@@ -7,6 +7,7 @@ from __future__ import annotations
 from copy import deepcopy
 from dataclasses import dataclass
 import inspect
+from typing import Literal
 import numpy as np
 import torch
 import torch.nn as nn
@@ -470,14 +471,14 @@ def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
              max_sz:int=50_000, # replay capacity in transitions
              gamma:float=0.99, # discount
              eps:float=EPS, # added to |TD error|
-             weight_norm:str=WEIGHT_NORM, # importance weights divided by the batch's largest ('batch') or the buffer's
+             weight_norm:Literal['batch', 'buffer']=WEIGHT_NORM, # weights over the batch's or the buffer's largest
              double:bool=True, # double DQN targets
              eps_start:float=1.0, # exploration at the start
              eps_end:float=0.01, # exploration after the decay
              hidden:int=128, # hidden units of the Q-network
              max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
              n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
-             layer_norm:bool=True): # LayerNorm in each hidden layer of the MLP Q-network (the Atari one has none)
+             layer_norm:bool=True): # LayerNorm in each hidden layer of the MLP (none in the Atari net)
     ("The arguments whose meaning and default are the same in every learner that takes them, written once: "
      "a learner's `__init__` takes them with `@delegates(dqn_args)` and reads them with `learner_config`.")
 

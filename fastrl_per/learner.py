@@ -122,7 +122,7 @@ class Learner(Stateful):
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  lr:float=5e-4, # Adam learning rate
-                 # learning rate reached linearly by the last planned env step (None: the learning rate throughout)
+                 # learning rate reached linearly by the last planned step (None: constant)
                  lr_end:float|None=None,
                  alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
                  beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
@@ -134,7 +134,7 @@ class Learner(Stateful):
                  train_every:int=1, # env steps between rounds of updates
                  gradient_steps:int=1, # updates each round
                  warmup:int|None=None, # transitions stored before the first update; none: bs
-                 device:str='auto', # where the networks train: 'auto' (CUDA if available), 'cpu', 'cuda', 'cuda:N'
+                 device:str='auto', # 'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
