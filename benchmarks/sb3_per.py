@@ -14,7 +14,7 @@ to 1 over the run. Each run trains for the yaml's `n_timesteps` on one env, then
 a separately seeded env; the table gives the mean over seeds of that return, the CPU seconds per 1,000 env steps of
 `learn()` (process time, one torch thread) and, for PER, the importance weights' mean over training. Runs go one
 after the other, DQN then PrioritizedDQN for each env and seed, and each is appended to `--runs` as it ends, so an
-interrupted benchmark keeps what it finished.
+interrupted benchmark keeps what it finished; run again, it skips the runs `--runs` holds.
 """
 from __future__ import annotations
 import argparse, json, time
@@ -74,8 +74,8 @@ def cell(values:list, fmt:str) -> str:
 
 def table(runs:list[dict]) -> str:
     "A markdown table: per env, each algorithm's return, CPU per 1,000 steps, and PER's mean weight."
-    head = ("| env | seeds | DQN return | PrioritizedDQN return | DQN CPU s / 1k steps | PrioritizedDQN CPU s / 1k steps "
-            "| CPU ratio | PER mean weight |\n|---|---|---|---|---|---|---|---|")
+    head = ("| env | seeds | DQN return | PrioritizedDQN return | DQN CPU s / 1k steps "
+            "| PrioritizedDQN CPU s / 1k steps | CPU ratio | PER mean weight |\n|---|---|---|---|---|---|---|---|")
     rows = []
     for env_id in ZOO:
         by = {a: [r for r in runs if r['env'] == env_id and r['algo'] == a] for a in ('DQN', 'PrioritizedDQN')}
@@ -107,6 +107,8 @@ def main():
                    help="2,000 steps, seed 0, 2 evaluation episodes; the runs are printed, not kept")
     a = p.parse_args()
     path, runs = Path(a.runs), []
+    kept = [] if a.quick or not path.exists() else [json.loads(line) for line in path.read_text().splitlines() if line]
+    done = {(r['algo'], r['env'], r['seed']) for r in kept}
     if not a.table_only:
         torch.set_num_threads(1)
         seeds, episodes = ([0], 2) if a.quick else (a.seeds, a.episodes)
@@ -114,6 +116,7 @@ def main():
         for env_id in a.envs:
             for seed in seeds:
                 for algo in ('DQN', 'PrioritizedDQN'):
+                    if (algo, env_id, seed) in done: continue   # in --runs already: an interrupted benchmark goes on
                     steps = 2000 if a.quick else ZOO[env_id]['n_timesteps']
                     runs.append(run(algo, env_id, seed, steps, episodes, kwargs))
                     if a.quick: continue   # a smoke run: printed, not kept

@@ -36,6 +36,8 @@ class PrioritizedSamples(NamedTuple):
 class PrioritizedSB3Buffer(SB3ReplayBuffer):
     ("SB3's `ReplayBuffer` interface over one `PrioritizedReplayBuffer` holding the steps of all `n_envs` envs: "
      "`add` stores a step of each env, `sample` draws in proportion to priority and adds `idxs` and `weights`.")
+    stage_rows = 256  # `add` calls gathered before they go to the prioritized buffer in one `extend`
+
     def __init__(self,
                  buffer_size:int, # transitions kept in all, as SB3 counts them (`buffer_size // n_envs` per env)
                  observation_space:spaces.Space, # a Box or Discrete space (a Dict space is not supported)
@@ -55,12 +57,19 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         self.buffer_size = max(buffer_size // n_envs, 1)   # rows per env, as SB3: `size()` and `pos` count rows
         self.optimize_memory_usage, self.handle_timeout_termination = False, handle_timeout_termination
         self.buffer_kwargs = buffer_kwargs
-        self.core = PrioritizedReplayBuffer(self.buffer_size * n_envs, **buffer_kwargs)
+        self.reset()
 
     def reset(self):
-        "Empty the buffer: a new prioritized core with the same arguments."
+        "Empty the buffer: a new prioritized buffer with the same arguments."
         super().reset()
-        self.core = PrioritizedReplayBuffer(self.buffer_size * self.n_envs, **self.buffer_kwargs)
+        self._core = PrioritizedReplayBuffer(self.buffer_size * self.n_envs, **self.buffer_kwargs)
+        self._staged, self._n_staged = None, 0   # columns of the rows added since the last `flush`, and their number
+
+    @property
+    def core(self) -> PrioritizedReplayBuffer:
+        "The prioritized buffer, holding every step added."
+        self.flush()
+        return self._core
 
     def add(self, obs:np.ndarray, next_obs:np.ndarray, action:np.ndarray, reward:np.ndarray, done:np.ndarray,
             infos:list[dict]):
@@ -69,12 +78,23 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         done = np.asarray(done, np.float32).reshape(n)
         if self.handle_timeout_termination:
             done = done * (1 - np.array([info.get("TimeLimit.truncated", False) for info in infos], np.float32))
-        self.core.extend(state=np.array(obs, obs_dtype).reshape(n, *self.obs_shape),
-                         next_state=np.array(next_obs, obs_dtype).reshape(n, *self.obs_shape),
-                         action=np.array(action, self._maybe_cast_dtype(self.action_space.dtype)).reshape(n, -1),
-                         reward=np.asarray(reward, np.float32).reshape(n), terminated=done)
+        rows = dict(state=np.asarray(obs, obs_dtype).reshape(n, *self.obs_shape),
+                    next_state=np.asarray(next_obs, obs_dtype).reshape(n, *self.obs_shape),
+                    action=np.asarray(action, self._maybe_cast_dtype(self.action_space.dtype)).reshape(n, -1),
+                    reward=np.asarray(reward, np.float32).reshape(n), terminated=done)
+        if self._staged is None:
+            size = min(self.stage_rows, self.buffer_size) * n   # never more than the ring holds
+            self._staged = {k: np.empty((size, *v.shape[1:]), v.dtype) for k, v in rows.items()}
+        for k, v in rows.items(): self._staged[k][self._n_staged:self._n_staged + n] = v
+        self._n_staged += n
+        if self._n_staged == len(self._staged['reward']): self.flush()
         self.pos += 1
         if self.pos == self.buffer_size: self.full, self.pos = True, 0
+
+    def flush(self):
+        "Hand the rows added since the last flush to the prioritized buffer in one `extend`, at the max priority."
+        if self._n_staged: self._core.extend(**{k: v[:self._n_staged] for k, v in self._staged.items()})
+        self._n_staged = 0
 
     def sample(self, batch_size:int, env=None) -> PrioritizedSamples:
         "A prioritized batch as SB3's `ReplayBufferSamples` (observations normalised by a `VecNormalize` `env`)."
