@@ -176,3 +176,34 @@ def test_sb3_stays_an_optional_extra():
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1] == ("ImportError: fastrl_per.sb3 needs Stable-Baselines3, which is not "
                                                  "installed: pip install 'fastrl_per[sb3]'")
+
+
+@pytest.mark.parametrize('env_id', ['FrozenLake-v1', 'MountainCarContinuous-v0'])
+def test_discrete_observations_and_box_actions_are_stored_as_sb3_stores_them(env_id):
+    "FrozenLake's Discrete observations; a Box action (what SAC or TD3 would store): the same rows as SB3's buffer."
+    env = gym.make(env_id)
+    spaces = env.observation_space, env.action_space
+    sb3 = SB3ReplayBuffer(40, *spaces, device='cpu', n_envs=2)
+    ours = PrioritizedSB3Buffer(40, *spaces, device='cpu', n_envs=2)
+    for _ in range(20):
+        obs, next_obs, action = (np.array([space.sample() for _ in range(2)]) for space in (*spaces[:1] * 2, spaces[1]))
+        for b in (sb3, ours): b.add(obs, next_obs, action, np.ones(2), np.zeros(2, bool), [{}, {}])
+    rows, envs = np.divmod(np.arange(40), 2)
+    memory = ours.core.memory[:]
+    np.testing.assert_array_equal(memory.state.numpy(), sb3.observations[rows, envs])
+    np.testing.assert_array_equal(memory.action.numpy(), sb3.actions[rows, envs])
+    batch = ours.sample(8)
+    assert batch.observations.dtype == torch.as_tensor(sb3.observations).dtype
+    assert batch.actions.dtype == torch.as_tensor(sb3.actions).dtype
+
+
+def test_vec_normalize_normalises_the_sampled_batch(one_thread):
+    from stable_baselines3.common.vec_env import VecNormalize
+    env = VecNormalize(make_vec_env('CartPole-v1', n_envs=2, seed=0), gamma=0.99)
+    model = short_dqn(env, learning_starts=200).learn(400)
+    buffer = model.replay_buffer
+    stored = buffer.core.memory[:].state.numpy()   # the original observations, as SB3 stores them
+    batch = buffer.sample(16, env)
+    raw = stored[batch.idxs.numpy()]
+    assert not np.allclose(batch.observations.numpy(), raw)
+    np.testing.assert_allclose(batch.observations.numpy(), env.normalize_obs(raw), rtol=1e-5)
