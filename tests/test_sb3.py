@@ -186,7 +186,7 @@ def test_discrete_observations_and_box_actions_are_stored_as_sb3_stores_them(env
     sb3 = SB3ReplayBuffer(40, *spaces, device='cpu', n_envs=2)
     ours = PrioritizedSB3Buffer(40, *spaces, device='cpu', n_envs=2)
     for _ in range(20):
-        obs, next_obs, action = (np.array([space.sample() for _ in range(2)]) for space in (*spaces[:1] * 2, spaces[1]))
+        obs, next_obs, action = (np.array([space.sample() for _ in range(2)]) for space in (spaces[0], *spaces))
         for b in (sb3, ours): b.add(obs, next_obs, action, np.ones(2), np.zeros(2, bool), [{}, {}])
     rows, envs = np.divmod(np.arange(40), 2)
     memory = ours.core.memory[:]
