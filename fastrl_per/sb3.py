@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import NamedTuple
 import numpy as np, torch
 import torch.nn.functional as F
+from gymnasium import spaces
 from .per import PrioritizedReplayBuffer
 
 SB3_EXTRA = "pip install 'fastrl_per[sb3]'"
 try:
-    from gymnasium import spaces
     from stable_baselines3 import DQN
     from stable_baselines3.common.buffers import BaseBuffer, ReplayBuffer as SB3ReplayBuffer
 except ImportError:
