@@ -189,10 +189,15 @@ def test_one_actor_runs_the_learners_algorithm():
     schedule = lambda frame: 1 - 0.99 * min(1., frame / 5_000)       # the Learner's 1 -> 0.01 decay over 5,000 env steps
     for rows in (single, apex): assert abs(rows[-1]['epsilon'] - schedule(rows[-1]['frame'])) <= 0.99 * 100 / 5_000   # within two calls of 50 steps
     assert 0.4 < apex[-1]['beta'] <= single[-1]['beta'] + 0.05      # both anneal over the planned updates; Ape-X, with fewer updates, no further
-    median = lambda rows: np.median([r['loss'] for r in rows])
-    # both learn: the loss falls at least threefold (measured with LayerNorm: 27x for the Learner; 8.5x to 27.6x for
-    # Ape-X alone on the machine, 4.7x with another job beside it, as the actor runs further ahead of the learner)
-    for rows in (single, apex): assert median(rows[-300:]) < median(rows[:50]) / 3
+    # both weight their losses without collapse: a batch's mean importance weight stays in (0, 1] and, over the last
+    # 300 updates, above 0.05 (the weights divided by the batch's largest, the default since #41; divided by the largest
+    # the buffer could give, the Learner's fell to 0.004 here). A falling weighted loss, which this test used to read as
+    # learning, was that collapse: the loss over the mean weight rises in these 1,500 steps under either normalisation,
+    # as the Q-values grow
+    median = lambda rows, key: np.median([r[key] for r in rows])
+    for rows in (single, apex):
+        assert all(np.isfinite(r['loss']) and 0 < r['weight'] <= 1 for r in rows)
+        assert median(rows[-300:], 'weight') > 0.05
     # their loss levels are not compared: the importance weights and how far behind the actor's data the learner is
     # differ with the machine's load (a factor of 13 apart at load 15), and that is asynchrony, not another algorithm
 
