@@ -7,12 +7,14 @@ from __future__ import annotations
 import functools, inspect, json, math, threading
 from collections.abc import Mapping
 from operator import attrgetter
+from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor, feedback_arrays, annealed_beta
 from .checks import check_int, save_atomically
+from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, read_whole
 from .state import Stateful, check_keys, check_version
 
 
@@ -240,9 +242,11 @@ class RingStorage:
     "`max_sz` packed rows of fields, preallocated on the first write and overwritten oldest first."
     def __init__(self,
                  max_sz:int, # rows kept
-                 declared:dict|None=None): # the column schema the first write must fit (`declared_schema`); None: any
+                 declared:dict|None=None, # the column schema the first write must fit (`declared_schema`); None: any
+                 path=None): # a directory to keep the rows in as a memory-mapped file (`DiskArrays`); None: memory
         check_int('max_sz', max_sz)
         self.max_sz, self.n_added, self.declared = max_sz, 0, declared
+        self.disk, self._safe = None if path is None else DiskArrays(path), NO_GUARD   # see `_guard`
         self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
         self._hold(None)
 
@@ -253,9 +257,13 @@ class RingStorage:
     def __getstate__(self): return {k: v for k, v in vars(self).items() if k != '_records'}   # a view: remade
     def __setstate__(self, state): self.__dict__.update(state); self._hold(self.rows)
 
-    def _allocate(self, columns:dict):
-        "Zeroed rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps."
-        self._hold(np.zeros(self.max_sz, packed_dtype(columns)))
+    def _allocate(self, columns:dict, rows:np.ndarray|None=None):
+        ("Rows shaped after `columns`, whose order (the eleven fields, then extras) the storage keeps: zeroed, in "
+         "memory or in a new file on disk, or the packed `rows` given (a saved ring taken over).")
+        if rows is None:
+            dtype = packed_dtype(columns)
+            rows = np.zeros(self.max_sz, dtype) if self.disk is None else self.disk.zeros('rows', (self.max_sz,), dtype)
+        self._hold(rows)
         self.order, self.schema = list(columns), schema_of(columns)
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
@@ -300,6 +308,7 @@ class RingStorage:
         out, k = got
         if k > 1: return self._put(out, k)
         row = [out[n] for n in self.rows.dtype.names]
+        if self.n_added >= self._safe: self._guard(1)
         slot = self.n_added % self.max_sz
         self.rows[slot] = tuple([a[0] if a.ndim else a for a in row] if batch else row)   # one record, one call
         self.n_added += 1
@@ -310,6 +319,7 @@ class RingStorage:
         skip = max(0, k - self.max_sz)   # a batch longer than the ring keeps its newest max_sz rows
         start, n = (self.n_added + skip) % self.max_sz, k - skip
         head = min(n, self.max_sz - start)  # rows before the ring wraps
+        if self.n_added + k > self._safe: self._guard(k)
         rows = self.rows
         for name, a in columns.items():
             if a.ndim and (skip or head < n): a, rest = a[skip:skip + head], a[skip + head:]
@@ -329,10 +339,16 @@ class RingStorage:
         if signature != self._signature:   # the first single step, or one unlike the last: check it in full
             self.check(step_columns(step))
             self._signature, self._small = signature, [math.prod(shape) <= 64 for _, shape in signature]
+        if self.n_added >= self._safe: self._guard(1)
         slot = self.n_added % self.max_sz
         self.rows[slot] = tuple([t.tolist() if small else t.numpy(force=True) for t, small in zip(fields, self._small)])
         self.n_added += 1
         return slot
+
+    def _guard(self, k:int):
+        ("Before `k` rows are written: on disk, journal the chunks of the last save they reach first, and note how far "
+         "writes may go before the next check (in memory `_safe` stays `NO_GUARD`: never).")
+        self._safe = self.disk.guard('rows', self.rows, self.n_added, self.n_added + k)
 
     def gather(self, idxs) -> SimpleStep:
         "The rows at `idxs` as a `SimpleStep` batch: one copy of the rows; a field is a view into it, made when read."
@@ -368,6 +384,52 @@ class RingStorage:
             raise ValueError(f"state columns {describe(saved)} are not the declared schema {describe(self.declared)}")
 
     def nbytes(self): return 0 if self.rows is None else self.rows.nbytes
+
+    # Saving as files (`store`): the one big array, its write count, nothing else; and taking a saved one over
+    def arrays(self) -> dict:
+        "The big arrays a save writes as files: the packed rows (none before the first write)."
+        return {} if self.rows is None else {'rows': self.rows}
+    def counts(self) -> dict:
+        "How many writes each of `arrays` has had (write `n` went to row `n % max_sz`)."
+        return {'rows': self.n_added}
+    def meta(self) -> dict:
+        "What a save keeps beside the arrays: nothing here."
+        return {}
+    def saved(self):
+        "A save now holds the rows as they are: on disk, a write to one of them journals its chunk first."
+        if self.disk is not None: self._safe = self.n_added
+
+    def check_arrays(self, n_added:int, arrays:dict, meta:dict):
+        "Raise a `ValueError` naming the problem unless saved `arrays` (`load_arrays`) and `n_added` fit this ring."
+        check_saved_count(n_added, arrays or None)
+        if not arrays: return
+        rows = arrays.get('rows')
+        if set(arrays) != {'rows'} or rows.shape != (self.max_sz,) or rows.dtype.names is None:
+            raise ValueError(f"a RingStorage of {self.max_sz} rows saves one array 'rows' of as many packed records, "
+                             f"got {({n: (a.shape, str(a.dtype)) for n, a in arrays.items()})!r:.300}")
+        saved = {n: (rows.dtype[n].base, rows.dtype[n].shape) for n in rows.dtype.names}
+        expected = {n: (torch.empty(0, dtype=t).numpy().dtype, ()) for n, t in FIELD_DTYPES.items() if n in saved}
+        wrong = {n: saved[n] for n in expected if saved[n] != expected[n]}
+        if wrong or not set(STEP_FIELDS) <= {n.partition('.')[0] for n in saved}:
+            raise ValueError(f"saved rows {describe(saved)} are not the SimpleStep fields with their dtypes")
+        check_schema(saved)
+        if self.declared is not None and saved != self.declared:
+            raise ValueError(f"saved rows {describe(saved)} are not the declared schema {describe(self.declared)}")
+
+    def adopt(self, n_added:int, arrays:dict, meta:dict):
+        ("Take over checked saved `arrays` (`check_arrays`): files of this storage's own directory are used as they "
+         "are (nothing read); otherwise the rows are read into memory, or copied into a new file of its own.")
+        self.n_added, self._safe = n_added, NO_GUARD
+        self._hold(None)
+        if not arrays: return
+        rows = arrays['rows']
+        columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}
+        if self.disk is None: rows = read_whole(rows)
+        elif not self.disk.holds(rows):
+            copy = self.disk.zeros('rows', rows.shape, rows.dtype)
+            copy[:], rows = rows, copy
+        self._allocate(columns, rows)
+        self.saved()
 
     # Which slots a sampler may draw, the protocol a buffer draws through (a `FrameStorage` loses some): all stored ones
     n_valid = sz   # how many stored steps can be sampled: all of them (the same property: no extra call per draw)
@@ -413,15 +475,18 @@ class BufferCore(Stateful):
         self.assign(self.check_state(state))
 
     def check_stored(self, state:dict) -> dict:
-        "Check what every buffer core saves beside its own fields: its storage's columns and its sampler."
-        self.storage.check_saved(state['n_added'], state['columns'])
+        ("Check what every buffer core saves beside its own fields: its storage's columns (or, from `save`'s "
+         "directory, its arrays and `storage_meta`) and its sampler.")
+        if 'arrays' in state: self.storage.check_arrays(state['n_added'], state['arrays'], state.get('storage_meta'))
+        else: self.storage.check_saved(state['n_added'], state['columns'])
         rng_of_state(state['rng'])
         return state
 
     def load_stored(self, state:dict):
         "Take over the storage's columns and the sampler of a checked `state`."
         self.rng = rng_of_state(state['rng'])
-        self.storage.load(state['n_added'], state['columns'])
+        if 'arrays' in state: self.storage.adopt(state['n_added'], state['arrays'], state.get('storage_meta'))
+        else: self.storage.load(state['n_added'], state['columns'])
 
 def check_state_header(obj, state, keys:set):
     "Raise a `ValueError` unless `state` is a dict with `keys`, saved by a buffer of `obj`'s kind and schema version."
@@ -455,7 +520,8 @@ def copier(device):
 # %% ../nbs/03_memory.ipynb #0c801855
 # what a buffer calls on its storage, besides the trackers
 STORAGE_PROTOCOL = ('write', 'write_step', 'write_fields', 'gather', 'state', 'check_saved', 'load', 'nbytes',
-                    'n_valid', 'valid_slots', 'invalid_slots')
+                    'n_valid', 'valid_slots', 'invalid_slots', 'arrays', 'counts', 'meta', 'saved', 'check_arrays',
+                    'adopt')
 
 def buffer_storage(max_sz:int|None, schema:dict|None, storage):
     """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` of `max_sz` (None: 100) rows declared
@@ -493,6 +559,7 @@ class ReplayBuffer(BufferCore):
         self.bs, self.storage, self.rng = bs, storage, np.random.default_rng(seed)
         self._unhooked = 0  # steps written since `_written` last ran
         self._drawn = (None, None)  # the last batch's `idxs` as handed out, and the same slots as a host int64 array
+        self._saved = None   # where `save` last wrote and what it returned (`save_arrays`): the next save adds to it
 
     @property
     def max_sz(self): return self.storage.max_sz
@@ -611,11 +678,13 @@ class ReplayBuffer(BufferCore):
         annealed_beta(1., fraction, final)
 
     @locked
-    def state_dict(self) -> dict:
+    def state_dict(self,
+                   columns:bool=True) -> dict: # False: the storage's arrays left out (`save` writes them as files)
         "Everything needed to restore the buffer, sampler included, as tensors and plain values; it names its storage."
         self.flush()
+        kept = dict(columns=self.storage.state()) if columns else dict(columns=None, storage_meta=self.storage.meta())
         return dict(kind=type(self).__name__, storage=type(self.storage).__name__, version=self.schema_version,
-                    max_sz=self.max_sz, bs=self.bs, n_added=self.storage.n_added, columns=self.storage.state(),
+                    max_sz=self.max_sz, bs=self.bs, n_added=self.storage.n_added, **kept,
                     rng=json.dumps(self.rng.bit_generator.state))
 
     def check_state(self, state:dict):
@@ -634,19 +703,35 @@ class ReplayBuffer(BufferCore):
 
     def assign(self, state:dict):
         "Take over a checked `state`."
-        self.bs, self._unhooked = state['bs'], 0
+        self.bs, self._unhooked, self._saved = state['bs'], 0, None
         self.load_stored(state)
 
 
     def save(self, path):
-        "Write the state to one file at `path`, atomically (a failed save leaves the old file)."
-        save_atomically(self.state_dict(), path)
+        ("Save to the directory `path` (see `store`): the storage's arrays as files, the rest in `state.pt`. Saving "
+         "again where the last save went writes only the rows written since; a storage on disk in `path` is flushed "
+         "in place. A crash or kill mid-save leaves the previous save loadable.")
+        path = Path(path).resolve()
+        with self.lock:
+            state = self.state_dict(columns=False)
+            last = self._saved if self._saved is not None and self._saved['path'] == path else None
+            saved = save_arrays(path, state, self.storage.arrays(), self.storage.counts(), self.storage.disk, last)
+            self._saved = dict(saved, path=path)
+            self.storage.saved()
 
     def load(self, path):
-        "Restore the state saved at `path`."
-        try: state = torch.load(path, weights_only=True)
-        except Exception as e: raise ValueError(f"cannot read a replay buffer from {str(path)!r}: {e}") from e
-        self.load_state_dict(state)
+        ("Restore what `save` wrote at the directory `path` (a storage on disk whose directory it is maps the files "
+         "and reads nothing more), or the single file an earlier version saved; all checked before anything changes.")
+        path = Path(path)
+        if not path.is_dir():
+            try: state = torch.load(path, weights_only=True)
+            except Exception as e: raise ValueError(f"cannot read a replay buffer from {str(path)!r}: {e}") from e
+            return self.load_state_dict(state)
+        state, arrays = load_arrays(path, self.storage.disk)
+        with self.lock:
+            self.load_state_dict(dict(state, arrays=arrays))
+            self._saved = dict(save_id=state['save_id'], path=path.resolve(),
+                               counts={n: info['count'] for n, info in state['arrays'].items()})
 
 # %% ../nbs/03_memory.ipynb #177f212e
 class ExperienceReplay(IterDataPipe):

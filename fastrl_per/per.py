@@ -67,8 +67,8 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
             self._core.update(idxs, td)
 
     # The state: the ring's, plus the core's at the written slots
-    def state_dict(self) -> dict:
-        with self.lock: return dict(super().state_dict(), **self.prioritizer.state_dict(np.arange(len(self))))
+    def state_dict(self, columns:bool=True) -> dict:
+        with self.lock: return dict(super().state_dict(columns), **self.prioritizer.state_dict(np.arange(len(self))))
     def check_state(self, state:dict):
         super().check_state(state)
         self._core.check_state(state, min(state['n_added'], self.max_sz))
