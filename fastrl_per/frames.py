@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
+from .store import NO_GUARD, DiskArrays, read_whole
 from .memory import (step_columns, packed_dtype, RingStorage, schema_of, check_lengths, check_columns,
                                check_schema, check_saved_count, FieldWriter)
 
@@ -48,7 +49,8 @@ class FrameStorage:
     def __init__(self,
                  max_sz:int, # transitions kept; the oldest are overwritten first
                  # frames kept; None: `max_sz + max_sz // 64 + stack`, set on the first write
-                 frame_slots:int|None=None):
+                 frame_slots:int|None=None,
+                 path=None): # a directory to keep the rings in as memory-mapped files (`DiskArrays`); None: memory
         check_int('max_sz', max_sz)
         if frame_slots is not None: check_int('frame_slots', frame_slots)
         self.max_sz, self.frame_slots = max_sz, frame_slots
@@ -56,6 +58,8 @@ class FrameStorage:
         self.rows = self.newest = self.state_end = self.oldest = self.stamp = self.frames = self.prev = None
         self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
+        self.disk = None if path is None else DiskArrays(path)
+        self._safe = self._safe_frames = NO_GUARD   # the step and frame counts up to which no journaling is needed
 
     declared = None   # no schema declared up front: the first write fixes it
     sz, idx, cycle = RingStorage.sz, RingStorage.idx, RingStorage.cycle  # the trackers, from `n_added` and `max_sz`
@@ -82,10 +86,11 @@ class FrameStorage:
         "Bytes the rings take once steps shaped like `columns` are written."
         return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in self.layout(columns).values())
 
-    def _allocate(self, columns:dict):
-        ("Zeroed rings shaped after `columns`; a `ValueError` saying how much memory a storage this large needs "
-         "if it cannot be had.")
-        try: rings = {n: np.zeros(shape, dtype) for n, (shape, dtype) in self.layout(columns).items()}
+    def _allocate(self, columns:dict, rings:dict|None=None):
+        ("Zeroed rings shaped after `columns` (in memory, or new files on disk), or the `rings` given (saved ones "
+         "taken over); a `ValueError` saying how much memory a storage this large needs if it cannot be had.")
+        zeros = (lambda n, shape, dtype: np.zeros(shape, dtype)) if self.disk is None else self.disk.zeros
+        try: rings = rings or {n: zeros(n, shape, dtype) for n, (shape, dtype) in self.layout(columns).items()}
         except MemoryError:
             raise ValueError(f"cannot allocate the {self.nbytes_for(columns) / 1e9:.1f} GB that {self.max_sz:,} "
                              "transitions need; choose a smaller max_sz") from None
@@ -182,6 +187,8 @@ class FrameStorage:
         k = self.check(columns)
         if k == 0: return np.zeros(0, np.int64)
         if self.rows is None: self._allocate(columns)
+        if self.n_added + k > self._safe or self.n_frames + 2 * k * columns['state'].shape[1] > self._safe_frames:
+            self._guard(k, columns['state'].shape[1])
         ended = columns['terminated'] | columns['truncated']
         links = np.empty((k, 4), np.int64)
         per_step = zip(columns['env_id'].reshape(k), columns['state'], columns['next_state'],
@@ -194,6 +201,14 @@ class FrameStorage:
         for j, n in enumerate(ROW_LINKS): getattr(self, n)[slots[keep]] = links[keep, j]
         self.n_added += k
         return slots[keep]
+
+    def _guard(self, k:int, stack:int):
+        ("Before `k` transitions (at most `2 * stack` new frames each) are written: on disk, journal the chunks of "
+         "the last save they reach, and note the counts up to which no more journaling is needed.")
+        arrays, steps, frames = self.arrays(), self.n_added, self.n_frames
+        self._safe = min(self.disk.guard(n, arrays[n], steps, steps + k) for n in ('rows', *ROW_LINKS))
+        self._safe_frames = min(self.disk.guard(n, arrays[n], frames, frames + 2 * k * stack)
+                                for n in ('frames', 'prev'))
 
     def write_step(self, step:SimpleStep) -> int:
         "Write one single step; return its slot."
@@ -306,3 +321,63 @@ class FrameStorage:
     def nbytes(self) -> int:
         "Bytes held by the rings."
         return 0 if self.rows is None else self.rows.nbytes + sum(getattr(self, n).nbytes for n in RINGS)
+
+    # Saving as files (`store`): the rings, their write counts, the counters and episode ends beside them
+    def arrays(self) -> dict:
+        "The big arrays a save writes as files: the packed rows and the rings (none before the first write)."
+        return {} if self.rows is None else {'rows': self.rows, **{n: getattr(self, n) for n in RINGS}}
+    def counts(self) -> dict:
+        "How many writes each of `arrays` has had: the rows and their links one a step, the frame rings one a frame."
+        return {'rows': self.n_added, **dict.fromkeys(ROW_LINKS, self.n_added), 'frames': self.n_frames,
+                'prev': self.n_frames}
+    def meta(self) -> dict:
+        "What a save keeps beside the arrays: the stack, the frame counters and each env's last frame."
+        if self.rows is None: return {}
+        ends = torch.tensor([[e, g, d] for e, (g, d) in self.ends.items()], dtype=torch.int64).reshape(-1, 3)
+        return dict(stack=self.stack_shape[0], n_frames=self.n_frames, reach=self.reach, ends=ends)
+    def saved(self):
+        "A save now holds the rings as they are: on disk, a write to one of their rows journals its chunk first."
+        if self.disk is not None: self._safe, self._safe_frames = self.n_added, self.n_frames
+
+    def check_arrays(self, n_added:int, arrays:dict, meta:dict):
+        "Raise a `ValueError` naming the problem unless saved `arrays`, `meta` (`load_arrays`) and `n_added` fit here."
+        check_saved_count(n_added, arrays or None)
+        if not arrays: return
+        if set(arrays) != {'rows', *RINGS} or not isinstance(meta, dict) or set(meta) != set(SAVED) - {'rows', *RINGS}:
+            raise ValueError(f"a FrameStorage saves the arrays {sorted(['rows', *RINGS])} and "
+                             f"{sorted(set(SAVED) - {'rows', *RINGS})}, got {sorted(arrays)} and {sorted(meta or {})}")
+        check_int('stack', meta['stack']); check_int('n_frames', meta['n_frames'])
+        slots = self.slots_for(meta['stack'])
+        if meta['stack'] >= slots:
+            raise ValueError(f"saved stacks of {meta['stack']} frames are more than frame_slots {slots} allows")
+        rows, frames = arrays['rows'], arrays['frames']
+        expected = dict(rows=(self.max_sz,), **dict.fromkeys(ROW_LINKS, (self.max_sz,)), prev=(slots,))
+        for n, a in arrays.items():
+            dtype = rows.dtype if n == 'rows' else np.dtype(np.uint8 if n == 'frames' else np.int64)
+            if a.shape[:1 if n == 'frames' else None] != expected.get(n, (slots,)) or a.dtype != dtype:
+                raise ValueError(f"saved array {n!r} has shape {a.shape} and dtype {a.dtype}, this storage keeps "
+                                 f"{expected.get(n, (slots,))} of {dtype}")
+        names = set(rows.dtype.names or ())
+        fields = {n.partition('.')[0] for n in names}
+        if not set(STEP_FIELDS) - set(IMAGE_FIELDS) <= fields or names & set(IMAGE_FIELDS):
+            raise ValueError(f"saved rows {sorted(names)} are not the SimpleStep fields but the stacks, and extras")
+        check_schema({n: (rows.dtype[n].base, rows.dtype[n].shape) for n in rows.dtype.names})
+        if meta['ends'].ndim != 2 or meta['ends'].shape[1] != 3:
+            raise ValueError(f"saved ends has shape {tuple(meta['ends'].shape)}, not (envs, 3)")
+
+    def adopt(self, n_added:int, arrays:dict, meta:dict):
+        ("Take over checked saved `arrays` and `meta` (`check_arrays`): files of this storage's own directory as they "
+         "are (nothing read); otherwise read into memory, or copied into new files of its own.")
+        self.n_added, self.n_frames, self.reach, self.ends = n_added, 0, 0, {}
+        self.rows = self.stack_shape = None
+        self._safe = self._safe_frames = NO_GUARD
+        if not arrays: return
+        if self.disk is None: arrays = {n: read_whole(a) for n, a in arrays.items()}
+        elif not all(self.disk.holds(a) for a in arrays.values()):
+            arrays = {n: self.disk.copy(n, a) for n, a in arrays.items()}
+        rows, frames = arrays['rows'], arrays['frames']
+        columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}
+        self._allocate(dict(columns, state=np.zeros((0, meta['stack'], *frames.shape[1:]), np.uint8)), arrays)
+        self.n_frames, self.reach = int(meta['n_frames']), int(meta['reach'])
+        self.ends = {int(e): (int(g), bool(d)) for e, g, d in meta['ends'].tolist()}
+        self.saved()

@@ -425,9 +425,7 @@ class RingStorage:
         rows = arrays['rows']
         columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}
         if self.disk is None: rows = read_whole(rows)
-        elif not self.disk.holds(rows):
-            copy = self.disk.zeros('rows', rows.shape, rows.dtype)
-            copy[:], rows = rows, copy
+        elif not self.disk.holds(rows): rows = self.disk.copy('rows', rows)
         self._allocate(columns, rows)
         self.saved()
 

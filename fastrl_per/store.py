@@ -42,7 +42,8 @@ def npy_offset(path) -> int:
 def write_at(path, rows:np.ndarray, start:int):
     "Write the contiguous `rows` over rows `start`, ... of the .npy file at `path` in place, synced."
     with open(path, 'r+b') as f:
-        os.pwrite(f.fileno(), memoryview(np.ascontiguousarray(rows)).cast('B'), npy_offset(path) + start * rows[:1].nbytes)
+        data = memoryview(np.ascontiguousarray(rows)).cast('B')
+        os.pwrite(f.fileno(), data, npy_offset(path) + start * rows[:1].nbytes)
         os.fsync(f.fileno())
 
 def write_npy(path, a:np.ndarray):
@@ -138,6 +139,12 @@ class DiskArrays:
         "A new zeroed array `name` in a file of its own (sparse: disk is used as rows are written)."
         self.path.mkdir(parents=True, exist_ok=True)
         return np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape)
+
+    def copy(self, name:str, a:np.ndarray) -> np.memmap:
+        "A new array `name` in a file of its own holding what `a` holds."
+        out = self.zeros(name, a.shape, a.dtype)
+        out[:] = a
+        return out
 
     def holds(self, a:np.ndarray) -> bool:
         "Whether `a` is one of the memory-mapped arrays in this directory."
