@@ -316,7 +316,7 @@ def check_apex_args(a:dict):
 class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
-    @delegates(dqn_args)
+    @delegates(dqn_args, but=['replay_storage'])   # its shards save in their own directories (`ReplayServer`)
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
@@ -592,13 +592,14 @@ class ApexRun(Stateful):
         return dict(n_added=sum(s['n_added'] for s in self.replay_state), beta=self.replay.beta,
                     size=sum(min(s['n_added'], self.capacity) for s in self.replay_state))
 
-    def state_dict(self) -> dict:
+    def state_dict(self,
+                   replay_save:str|None=None) -> dict: # ignored for now: the shards' buffers are inside
         """What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs), plus the
         actors' step counts, the weights version and the shard sampler's state."""
         if self.replay.lost: raise ReplayLost(f"{self.replay.lost}: the run holds no replay to save")
         replay = self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
-                    **self.core.state_dict(), replay=replay, agent=self.agent.state_dict(),
+                    **self.core.state_dict(), replay=replay, replay_save=None, agent=self.agent.state_dict(),
                     **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
                     fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")

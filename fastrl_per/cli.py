@@ -12,6 +12,7 @@ from .factories import learner_classes
 from .priorities import PRIORITIZATIONS
 from .atari import ID_DEFAULTS
 from .apex import ApexRun
+from .learner import RUN_PLACED
 
 # %% auto #0
 __all__ = ['FLAG_NAMES', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'typed', 'optional', 'base_type',
@@ -93,7 +94,8 @@ def learner_arguments() -> dict:
     for model, cls in [*learner_classes().items(), ('--actors', ApexRun)]:
         hints, docs = typing.get_type_hints(cls.__init__), docments(cls.__init__)
         for name, p in inspect.signature(cls.__init__).parameters.items():
-            if name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name in own: continue
+            skip = name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name in own
+            if skip or name in RUN_PLACED: continue   # train's flags; what the run gives (its replay's directory)
             if model == '--actors' and name in arguments: continue   # Ape-X adds only flags of its own
             arg = arguments.setdefault(name, dict(hint=hints.get(name, str), doc=docs.get(name) or '', defaults={}))
             arg['defaults'][model] = p.default

@@ -478,7 +478,10 @@ def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
              hidden:int=128, # hidden units of the Q-network
              max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
              n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
-             layer_norm:bool=True): # LayerNorm in each hidden layer of the MLP (none in the Atari net)
+             layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP (none in the Atari net)
+             # 'disk': the replay's storage is memory-mapped files in the run's replay/ directory, which a checkpoint
+             # flushes; 'memory': in memory, a checkpoint writing what changed there
+             replay_storage:Literal['memory', 'disk']='memory'):
     ("The arguments whose meaning and default are the same in every learner that takes them, written once: "
      "a learner's `__init__` takes them with `@delegates(dqn_args)` and reads them with `learner_config`.")
 

@@ -13,12 +13,12 @@ from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray, DEPLOYMENT
 from .atari import id_defaults
 from .envs import check_env_id
-from .rundir import load_checkpoint
+from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['BOX2D_EXTRA', 'check_env_dependencies', 'learner_classes', 'restore_learner', 'new_learner', 'env_defaults',
-           'resume_learner', 'apex_class']
+__all__ = ['BOX2D_EXTRA', 'check_env_dependencies', 'learner_classes', 'placed', 'build_learner', 'restore_learner',
+           'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
 
 # %% ../nbs/07c_factories.ipynb #96b5e691
 BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
@@ -38,18 +38,32 @@ def learner_classes() -> dict:
     "The learners a run can use, by their `model` name."
     return dict(mlp=Learner, recurrent=RecurrentLearner)
 
-def restore_learner(state:dict, **deployment) -> Learner:
-    "The learner a checkpoint was written by, with its state restored; `deployment`: where an Ape-X run runs now."
+def placed(cls, replay_dir) -> dict:
+    "What a run gives a learner of class `cls` besides its config (`RUN_PLACED`): `replay_dir`, if it takes one."
+    takes = replay_dir is not None and 'replay_dir' in inspect.signature(cls).parameters
+    return dict(replay_dir=Path(replay_dir)) if takes else {}
+
+def build_learner(state:dict, replay_dir=None, **deployment) -> Learner:
+    ("A new learner of the kind and config a checkpoint was written by, its state not loaded; `replay_dir`: its "
+     "replay's directory; `deployment`: where an Ape-X run runs now.")
     classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
     if state.get('learner') not in classes:
         raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
-    try: learner = classes[state['learner']](**{**state['config'], **deployment})
+    cls = classes[state['learner']]
+    try: return cls(**{**state['config'], **deployment, **placed(cls, replay_dir)})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
+
+def restore_learner(state:dict, replay_dir=None, **deployment) -> Learner:
+    ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
+     "`replay_dir`); `deployment`: where an Ape-X run runs now.")
+    learner = build_learner(state, replay_dir, **deployment)
     learner.load_state_dict(state)
     return learner
 
-def new_learner(model:str, **config) -> Learner:
+def new_learner(model:str,
+                replay_dir=None, # the run's replay directory, for a learner that keeps one
+                **config) -> Learner:
     ("A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); "
      "a `ValueError` naming an argument it does not take.")
     if model not in learner_classes():
@@ -61,7 +75,7 @@ def new_learner(model:str, **config) -> Learner:
     if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to {kind}")
     env_id = config.get('env_id', params['env_id'].default)
     check_env_dependencies(env_id)
-    return cls(**env_defaults(env_id, config, params), **config)
+    return cls(**env_defaults(env_id, config, params), **config, **placed(cls, replay_dir))
 
 def env_defaults(env_id, config:dict, params) -> dict:
     "The learner arguments (of those in `params`) that `env_id` sets when `config` does not: `id_defaults`."
@@ -69,7 +83,9 @@ def env_defaults(env_id, config:dict, params) -> dict:
     return {k: v for k, v in defaults.items() if k in params and k not in config}
 
 def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
-    "The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only."
+    ("The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only. A "
+     "checkpoint a crash interrupted is settled first (`settle_checkpoint`).")
+    settled = settle_checkpoint(run_dir)
     state = load_checkpoint(run_dir)
     deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
@@ -81,13 +97,13 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, 
     if conflicts:
         raise ValueError("`resume` keeps the run's settings, and these contradict its checkpoint: "
                          f"{'; '.join(conflicts)}; only `total_steps` may change")
-    total, notes = config.get('total_steps', old.get('total_steps')), []
+    total, notes = config.get('total_steps', old.get('total_steps')), [settled] if settled else []
     if total != old.get('total_steps'):
         check_int('total_steps', total)
         state = dict(state, config=dict(old, total_steps=total))
         notes.append(f"planned steps changed from {old.get('total_steps')} to {total}: "
                      f"beta's annealing to 1 is re-planned over {total} steps")
-    learner, why = restore_learner(state, **deployment), state.get('fresh_episodes')
+    learner, why = restore_learner(state, Path(run_dir) / REPLAY_DIR, **deployment), state.get('fresh_episodes')
     notes.append(f"resumed at step {state['env_steps']}: "
                  + ("the envs continued their episodes exactly" if why is None else
                     f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))

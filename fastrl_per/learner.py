@@ -6,6 +6,7 @@
 from __future__ import annotations
 from typing import Literal
 import os
+from pathlib import Path
 import numpy as np
 import torch
 import torch.nn as nn
@@ -13,7 +14,8 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from fastcore.meta import delegates
 from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
-from .memory import ReplayBuffer, ExperienceReplay
+from .memory import ReplayBuffer, ExperienceReplay, RingStorage
+from .store import SavedArrays
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .priorities import kind_defaults, check_weight_norm
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
@@ -30,8 +32,8 @@ from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'check_learner_args', 'observations',
-           'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'RUN_PLACED', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'check_learner_args',
+           'observations', 'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager
@@ -52,9 +54,11 @@ def physical_memory() -> int:
     "Bytes of memory this machine has."
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
-CHECKPOINT_VERSION = 5
+CHECKPOINT_VERSION = 6
+RUN_PLACED = ('replay_dir',)   # what a run directory gives its learner (where its files go): not config, not a flag
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
-                   'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector'}
+                   'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector',
+                   'replay_save'}
 
 def check_learner_args(c:dict):
     "Raise a `ValueError` naming the first of the `Learner` arguments in `c` (its config) that it does not take."
@@ -63,6 +67,8 @@ def check_learner_args(c:dict):
     if c['replay'] == 'uniform' and c['prioritization'] != 'proportional':
         raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
     check_weight_norm(c['weight_norm'])
+    if c['replay_storage'] not in ('memory', 'disk'):
+        raise ValueError(f"replay_storage must be 'memory' or 'disk', got {c['replay_storage']!r}")
     if c['collector'] not in (None, 'process', 'thread'):
         raise ValueError(f"collector must be 'process' or 'thread', got {c['collector']!r}")
     for name in ('publish_every', 'total_steps', 'n_step', 'nenvs', 'max_sz', 'bs'): check_int(name, c[name])
@@ -99,10 +105,11 @@ def check_fits(nbytes:int, max_sz:int) -> int:
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, weight_norm:str, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, path=None, **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
-     "`frames` (each frame once), else a ring; `cadence`: the pipe's `every`, `repeats` and `warmup`.")
-    storage = FrameStorage(max_sz) if frames else None
+     "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; "
+     "`cadence`: the pipe's `every`, `repeats` and `warmup`.")
+    storage = FrameStorage(max_sz, path=path) if frames else None if path is None else RingStorage(max_sz, path=path)
     if replay == 'uniform':
         return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
@@ -111,7 +118,8 @@ def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, al
 
 class Learner(Stateful):
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
-    nstep = collector = None  # the n-step stage and the background collector, for learners that have them
+    # the n-step stage, the background collector and the replay's directory, for learners that have them
+    nstep = collector = replay_dir = None
 
     @delegates(dqn_args)
     def __init__(self,
@@ -139,12 +147,21 @@ class Learner(Stateful):
                  collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
                  prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
+                 # the replay's directory (a run's replay/): its files with replay_storage='disk', where `save_replay`
+                 # writes; none: no directory (in memory, inside `state_dict`). Where the run is, not its config
+                 replay_dir:str|None=None,
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         self.config = c = learner_config(Learner.__init__, locals())
+        del c['replay_dir']
         check_learner_args(c)
+        disk = c['replay_storage'] == 'disk'
+        if disk and replay_dir is None:
+            raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
+        self.replay_dir = None if replay_dir is None else Path(replay_dir)
         c['alpha'], c['beta'] = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
         obs, n_actions, grid, frames, one_hot = observations(env_id, collector)
-        self.replay_nbytes = check_fits(self.storage_nbytes(obs, c['max_sz'], frames, one_hot), c['max_sz'])
+        self.replay_nbytes = self.storage_nbytes(obs, c['max_sz'], frames, one_hot)
+        if not disk: check_fits(self.replay_nbytes, c['max_sz'])   # on disk it may exceed the memory
         torch.manual_seed(c['seed'])
         network = q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm'], one_hot)
         self.core = DQNCore(network, lr, device)
@@ -154,8 +171,8 @@ class Learner(Stateful):
         if c['n_step'] > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, c['n_step'], c['gamma'], keep_open=True)
         self.replay = make_replay(steps, replay, frames, c['max_sz'], bs, c['seed'], c['alpha'], c['beta'], c['eps'],
-                                  prioritization, c['weight_norm'], every=train_every, repeats=gradient_steps,
-                                  warmup=warmup)
+                                  prioritization, c['weight_norm'], self.replay_dir if disk else None,
+                                  every=train_every, repeats=gradient_steps, warmup=warmup)
         stored = total_steps - (c['n_step'] - 1) * nenvs   # an n-step window still open at the end has not been stored
         rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
         self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
@@ -222,16 +239,43 @@ class Learner(Stateful):
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
 
-    def state_dict(self) -> dict:
+    @property
+    def saves_replay(self) -> bool:
+        "Whether the replay buffer saves as a directory (`save_replay`): a transition buffer given a `replay_dir`."
+        return self.replay_dir is not None and isinstance(self.replay, ExperienceReplay)
+
+    def save_replay(self, save_id:str) -> str:
+        ("Save the replay buffer in `replay_dir` as the save named `save_id` (`ReplayBuffer.save`: after the first, "
+         "only what changed; on disk, a flush); its id.")
+        if not self.saves_replay: raise ValueError(f"a {type(self).__name__} without a `replay_dir` saves no replay")
+        return self.replay.save(self.replay_dir, save_id)
+
+    def check_replay_save(self, save_id:str):
+        "A `ValueError` unless `replay_dir` holds the replay save `save_id` (the one a checkpoint names)."
+        if not self.saves_replay:
+            raise ValueError(f"checkpoint names replay save {save_id!r} in a directory, but this "
+                             f"{type(self).__name__} has no `replay_dir`")
+        saved = SavedArrays(self.replay_dir).read()
+        if saved is None: raise ValueError(f"checkpoint names replay save {save_id!r}; {self.replay_dir} holds none")
+        if saved['save_id'] != save_id:
+            raise ValueError(f"{self.replay_dir} holds replay save {saved['save_id']!r}, but the checkpoint names "
+                             f"{save_id!r}: they are not a pair")
+
+    def state_dict(self,
+                   # the id of the replay save `save_replay` writes next: the buffer is left out (`replay` None) and
+                   # the state names that save (`replay_save`); None, or no `replay_dir`: the buffer inside
+                   replay_save:str|None=None) -> dict:
         ("Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would "
          "restart instead, None when they continue.")
+        replay_save = replay_save if self.saves_replay else None
         saves_envs = isinstance(self.replay, ExperienceReplay) and self.collector is None
         envs = self.stepper.state_dict() if saves_envs else None
         if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
         else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
-                    **self.core.state_dict(), replay=self.replay.state_dict(),
-                    agent=self.explorer.state_dict(), **self.episodes.state_dict(), torch_rng=torch.get_rng_state(),
+                    **self.core.state_dict(), replay=None if replay_save else self.replay.state_dict(),
+                    replay_save=replay_save, agent=self.explorer.state_dict(), **self.episodes.state_dict(),
+                    torch_rng=torch.get_rng_state(),
                     replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
                     nstep=None if self.nstep is None else self.nstep.state_dict(),
                     envs=None if why else envs, fresh_episodes=why,
@@ -253,7 +297,9 @@ class Learner(Stateful):
             diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
         checked = dict(state, core=self.core.check_state(state))
-        self.replay.check_state(state['replay'])
+        if state['replay_save'] is None: self.replay.check_state(state['replay'])
+        elif state['replay'] is not None: raise ValueError("checkpoint holds a replay and names a replay save")
+        else: self.check_replay_save(state['replay_save'])
         try: checked['agent'] = self.explorer.check_state(state['agent'])
         except ValueError as e: raise ValueError(f"checkpoint: {e}") from None
         checked['episodes'] = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
@@ -271,10 +317,12 @@ class Learner(Stateful):
         return checked
 
     def assign(self, state:dict):
-        ("Take over what `check_state` returned (`load_state_dict` checks, then assigns): networks, replay, "
-         "exploration, counters, envs.")
+        ("Take over what `check_state` returned (`load_state_dict` checks, then assigns): replay, networks, "
+         "exploration, counters, envs. The replay comes first: loading a saved one checks its files, and fails whole.")
+        # the buffer checks and assigns under its own lock
+        if state['replay_save'] is None: self.replay.load_state_dict(state['replay'])
+        else: self.replay.load(self.replay_dir)   # maps the files of a storage on disk there
         self.core.assign(state['core'])
-        self.replay.load_state_dict(state['replay'])   # the buffer checks and assigns under its own lock
         self.explorer.assign(state['agent'])
         self.episodes.assign(state['episodes'])
         if isinstance(self.replay, ExperienceReplay): self.replay.set_items(state['replay_items'])
@@ -292,19 +340,20 @@ def upgrade_checkpoint(state:dict) -> dict:
     ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
      "for `check_state` to judge.")
     config = state.get('config') if isinstance(state, dict) else None
-    if isinstance(config, dict) and state.get('version') == 5 and 'weight_norm' not in config:   # before the option
-        return dict(state, config=dict(config, weight_norm='buffer'))   # weights divided by the buffer's largest
-    older = isinstance(state, dict) and state.get('version') in (2, 3, 4) and isinstance(config, dict)
+    older = isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)
     if not older: return state
     config, learner = dict(state['config']), state.get('learner')
     if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
         config.setdefault('layer_norm', False)
-    if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # before the argument: one batch per call
-    if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
-        config.setdefault('collector', None); config.setdefault('publish_every', 50)
-    if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
+    if state['version'] < 5:
+        if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # before the argument: one batch per call
+        if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
+            config.setdefault('collector', None); config.setdefault('publish_every', 50)
+        if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
+    if learner == 'Learner': config.setdefault('replay_storage', 'memory')   # before the option: in memory
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
     config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}
-    return dict(state, version=5, config=config)
+    # version 5 kept the replay buffer inside the checkpoint, always
+    return dict(state, version=CHECKPOINT_VERSION, config=config, replay_save=None)

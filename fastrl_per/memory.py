@@ -705,17 +705,20 @@ class ReplayBuffer(BufferCore):
         self.load_stored(state)
 
 
-    def save(self, path):
+    def save(self, path,
+             save_id:str|None=None): # the new save's name (letters and digits); None: a new uuid
         ("Save to the directory `path` (see `store`): the storage's arrays as files, the rest in `state.pt`. Saving "
          "again where the last save went writes only the rows written since; a storage on disk in `path` is flushed "
-         "in place. A crash or kill mid-save leaves the previous save loadable.")
+         "in place. A crash or kill mid-save leaves the previous save loadable. Returns the save's id.")
         path = Path(path).resolve()
         with self.lock:
             state = self.state_dict(columns=False)
             last = self._saved if self._saved is not None and self._saved['path'] == path else None
-            saved = save_arrays(path, state, self.storage.arrays(), self.storage.counts(), self.storage.disk, last)
+            saved = save_arrays(path, state, self.storage.arrays(), self.storage.counts(), self.storage.disk, last,
+                                save_id)
             self._saved = dict(saved, path=path)
             self.storage.saved()
+        return saved['save_id']
 
     def load(self, path):
         ("Restore what `save` wrote at the directory `path` (a storage on disk whose directory it is maps the files "
@@ -788,5 +791,5 @@ class ExperienceReplay(IterDataPipe):
     def state_dict(self): return self.buffer.state_dict()
     def check_state(self, state): return self.buffer.check_state(state)
     def load_state_dict(self, state): self.buffer.load_state_dict(state)
-    def save(self, path): self.buffer.save(path)
+    def save(self, path, save_id:str|None=None) -> str: return self.buffer.save(path, save_id)
     def load(self, path): self.buffer.load(path)

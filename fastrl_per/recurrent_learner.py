@@ -151,7 +151,8 @@ class SequenceQ(IterDataPipe):
 # %% ../nbs/11_recurrent_learner.ipynb #b3d0dbb6
 class RecurrentLearner(Learner):
     "R2D2-style DQN: a `RecurrentQNetwork` acting with a carried state, trained on stored sequences with a burn-in."
-    @delegates(dqn_args, but=['double', 'hidden', 'layer_norm'])   # its targets are double DQN's, its network its own
+    # its targets are double DQN's, its network its own; its sequence replay stays in memory, inside the checkpoint
+    @delegates(dqn_args, but=['double', 'hidden', 'layer_norm', 'replay_storage'])
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPoleNoVelocity-v1',
@@ -199,9 +200,10 @@ class RecurrentLearner(Learner):
         self.anneal_lr(lr, lr_end, total_steps)
 
     # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
-    def state_dict(self) -> dict:
+    def state_dict(self,
+                   replay_save:str|None=None) -> dict: # ignored: the sequence replay has no directory save
         ("`Learner`'s state plus the envs (when they can be saved), the open sequences and the carried state, "
-         "as plain data.")
+         "as plain data; the sequence replay inside it.")
         state, envs = super().state_dict(), self.stepper.state_dict()
         exact = envs['unsaved'] is None
         carried = self.agent.state if exact else None

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_rundir.ipynb #ce471e4e
 from __future__ import annotations
-import csv, json, os, platform, shlex, subprocess, sys
+import csv, json, os, platform, shlex, subprocess, sys, uuid
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
@@ -15,16 +15,18 @@ from . import __version__
 from .learner import Learner, upgrade_checkpoint
 from .atari import make_env, defaults_source
 from .checks import save_atomically, write_atomically
+from .store import SavedArrays, STATE_FILE
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'is_run', 'check_new_run_dir', 'remove_orphans', 'share_mode',
-           'save_checkpoint', 'load_checkpoint', 'read_metrics', 'keep_metrics_until', 'RunMismatchWarning',
-           'installed_version', 'git_revision', 'cpu_model', 'software', 'machine', 'space_shapes', 'now',
-           'start_manifest', 'write_manifest', 'read_manifest', 'manifest_differences', 'save_best', 'confirmed_return',
-           'load_best', 'save_run']
+__all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'is_run', 'check_new_run_dir',
+           'remove_orphans', 'share_mode', 'save_checkpoint', 'replay_saves', 'settle_checkpoint', 'load_checkpoint',
+           'read_metrics', 'keep_metrics_until', 'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model',
+           'software', 'machine', 'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest',
+           'manifest_differences', 'save_best', 'confirmed_return', 'load_best', 'save_run']
 
 # %% ../nbs/07a_rundir.ipynb #bb8d6905
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
+REPLAY_DIR, PENDING = 'replay', 'checkpoint.next.pt'   # the replay's directory; a checkpoint waiting for its replay
 METRIC_COLUMNS = ('frame', 'update', 'loss', 'epsilon', 'beta', 'episode_return', 'eval_return')
 
 def is_run(path) -> bool:
@@ -46,7 +48,9 @@ def check_new_run_dir(out) -> Path:
 
 def remove_orphans(run_dir:Path) -> list[Path]:
     "Delete the temporary files that an atomic write killed mid-way left in `run_dir`."
-    orphans = [p for name in RUN_FILES for p in Path(run_dir).glob(f'{name}*.tmp')]
+    run_dir = Path(run_dir)
+    orphans = [p for name in (*RUN_FILES, PENDING) for p in run_dir.glob(f'{name}*.tmp')]
+    orphans += list((run_dir / REPLAY_DIR).glob(f'**/{STATE_FILE}*.tmp'))   # the replay's own state, mid-write
     for p in orphans: p.unlink()
     return orphans
 
@@ -55,13 +59,39 @@ def share_mode(run_dir:Path):
      "(atomic writes create 0600 files).")
     run_dir = Path(run_dir)
     mode = (run_dir / 'metrics.csv').stat().st_mode & 0o777
-    for p in [run_dir / name for name in RUN_FILES] + sorted((run_dir / 'videos').glob('*.mp4')):
+    replay = sorted((run_dir / REPLAY_DIR).glob(f'**/{STATE_FILE}'))
+    for p in [run_dir / name for name in RUN_FILES] + sorted((run_dir / 'videos').glob('*.mp4')) + replay:
         if p.is_file() and p.stat().st_mode & 0o777 != mode: p.chmod(mode)
 
 # %% ../nbs/07a_rundir.ipynb #65f02be0
-def save_checkpoint(state:dict, path:Path):
-    "Write a checkpoint atomically: a crash mid-save leaves the previous one."
-    save_atomically(state, path)
+def save_checkpoint(run_dir:Path, learner:Learner):
+    ("Write `learner`'s checkpoint.pt and, if it saves its replay as a directory, the replay in `run_dir/replay`, "
+     "as a pair: the checkpoint goes to checkpoint.next.pt first, naming the replay save to come, and replaces "
+     "checkpoint.pt once that save is made. A crash anywhere leaves a pair (`settle_checkpoint`).")
+    run_dir = Path(run_dir)
+    state = learner.state_dict(replay_save=uuid.uuid4().hex)
+    if state['replay_save'] is None: return save_atomically(state, run_dir / 'checkpoint.pt')   # the replay inside
+    save_atomically(state, run_dir / PENDING)
+    learner.save_replay(state['replay_save'])
+    os.replace(run_dir / PENDING, run_dir / 'checkpoint.pt')
+
+def replay_saves(run_dir) -> set[str]:
+    "The ids of the replay saves in `run_dir/replay` (and in its shards' directories, `replay/shard_k`)."
+    replay = Path(run_dir) / REPLAY_DIR
+    states = [SavedArrays(d).read() for d in [replay, *sorted(replay.glob('shard_*'))]]
+    return {s['save_id'] for s in states if s is not None}
+
+def settle_checkpoint(run_dir) -> str|None:
+    ("Finish or drop the checkpoint a crash left in checkpoint.next.pt: it replaces checkpoint.pt if the replay save "
+     "it names was made, and is removed otherwise; a line saying which, None if there was none.")
+    pending = Path(run_dir) / PENDING
+    if not pending.exists(): return None
+    state = torch.load(pending, weights_only=True)   # written atomically: whole
+    if state['replay_save'] in replay_saves(run_dir):
+        os.replace(pending, Path(run_dir) / 'checkpoint.pt')
+        return "the last checkpoint was interrupted after its replay was saved: it is now checkpoint.pt"
+    pending.unlink()
+    return "the last checkpoint was interrupted before its replay was saved: the run resumes from the one before"
 
 def load_checkpoint(run_dir) -> dict:
     ("The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file "
@@ -203,8 +233,8 @@ def load_best(run_dir) -> dict|None:
     return best
 
 def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
-    "Write the checkpoint, then the manifest with how far the run got; all files get one mode."
-    save_checkpoint(learner.state_dict(), run_dir / 'checkpoint.pt')
+    "Write the checkpoint (and the replay), then the manifest with how far the run got; all files get one mode."
+    save_checkpoint(run_dir, learner)
     manifest.update(env_steps=learner.episodes.env_steps, updates=updates, episodes=len(learner.episodes.returns),
                     updated=now())
     if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran

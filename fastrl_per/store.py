@@ -12,7 +12,7 @@ from .checks import save_atomically
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at', 'write_npy',
-           'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'save_arrays', 'load_arrays']
+           'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'check_save_id', 'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -168,14 +168,26 @@ class DiskArrays:
         return safe
 
 # %% ../nbs/03a_store.ipynb #806db7de
-def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None=None, last:dict|None=None) -> dict:
+def check_save_id(save_id:str, old:dict|None) -> str:
+    ("`save_id`, a name for a new save (letters and digits: it names journal files) other than the `old` save's; "
+     "a `ValueError` otherwise.")
+    if not (isinstance(save_id, str) and save_id.isalnum() and save_id.isascii()):
+        raise ValueError(f"save_id must be a string of letters and digits, got {save_id!r}")
+    if old is not None and old['save_id'] == save_id:
+        raise ValueError(f"save_id {save_id!r} is the last save's: a new save needs a new id")
+    return save_id
+
+def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None=None, last:dict|None=None,
+                save_id:str|None=None) -> dict:
     ("Save a buffer's small `state` and its `arrays` (name -> ring array; `counts`: the writes each has had) at the "
      "directory `path`: arrays that live there (on `disk`) are flushed in place; if `last` (what this returned the "
      "previous time) is still the save at `path`, only the chunks written since are copied (journaled first); other "
-     "arrays are written whole. `state.pt` is replaced last, atomically. Return what the next call takes as `last`.")
+     "arrays are written whole. `state.pt` is replaced last, atomically. `save_id`: the new save's name (None: a new "
+     "uuid), so that a caller can name it elsewhere first. Return what the next call takes as `last`.")
     saved = SavedArrays(path)
     saved.path.mkdir(parents=True, exist_ok=True)
     old = saved.read()
+    save_id = uuid.uuid4().hex if save_id is None else check_save_id(save_id, old)
     if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
     files = {}
     for name, a in arrays.items():
@@ -192,7 +204,6 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
         else:
             files[name] = new_file(name)
             write_npy(saved.path / files[name], a)
-    save_id = uuid.uuid4().hex
     arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))))
                     for n in arrays}
     state = dict(state, save_id=save_id, arrays=arrays_state)

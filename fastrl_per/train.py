@@ -16,9 +16,9 @@ from .envs import check_env_id
 from .checks import check_int, check_number
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
                                load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
-                               save_best, save_run, share_mode, start_manifest, now, write_manifest)
+                               save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
-from .factories import new_learner, restore_learner, resume_learner
+from .factories import new_learner, build_learner, resume_learner
 
 # %% auto #0
 __all__ = ['RunInterrupted', 'StopSignals', 'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed',
@@ -60,7 +60,7 @@ def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dic
      "`check(learner)` may refuse it. Nothing is written for a refused one.")
     if resume is None:
         run_dir = check_new_run_dir('runs/dqn' if out is None else out)
-        learner = new_learner(model or 'mlp', **config)
+        learner = new_learner(model or 'mlp', run_dir / REPLAY_DIR, **config)
         if check: check(learner)
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
@@ -347,20 +347,19 @@ def evaluate(run_dir:str, # a run directory written by train
              video:bool=False, # record the episodes as MP4 files in RUN_DIR/videos (needs the video extra)
              latest:bool=False): # use the last network (checkpoint.pt) instead of the best evaluated one (best.pt)
     ("Mean return of greedy episodes with the best network of `run_dir` (its best.pt; `latest`: its checkpoint's), "
-     "saying which.")
+     "saying which. It reads the network only (not the replay), so it can run beside the run's training.")
     check_int('episodes', episodes)
     if video: check_video_extra()
     state = load_checkpoint(run_dir)
     best = None if latest else load_best(run_dir)
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
-    learner = restore_learner(state)
+    learner = build_learner(state, Path(run_dir) / REPLAY_DIR)   # a replay on disk there is not opened
     if best is None:
         network = f"checkpoint.pt (the latest, step {state['env_steps']}{'' if latest else '; the run has no best.pt'})"
-    else:
-        try: learner.model.load_state_dict(best['model'])
-        except (RuntimeError, KeyError) as e:
-            raise ValueError(f"{str(Path(run_dir) / 'best.pt')!r} does not fit the run's network: {e}") from e
-        network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
+    else: network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
+    try: learner.model.load_state_dict((state if best is None else best)['model'])
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise ValueError(f"{str(Path(run_dir) / network.split()[0])!r} does not fit the run's network: {e}") from e
     video_dir = Path(run_dir) / 'videos' if video else None
     returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
     summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "
