@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_rundir.ipynb #ce471e4e
 from __future__ import annotations
-import csv, json, os, platform, shlex, subprocess, sys, uuid
+import csv, io, json, os, platform, shlex, subprocess, sys, uuid
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
@@ -110,11 +110,14 @@ def read_metrics(run_dir) -> dict:
     return {c: np.array([float(r[c]) if r[c] else np.nan for r in rows]) for c in METRIC_COLUMNS}
 
 def keep_metrics_until(run_dir:Path, frame:int):
-    "Drop metrics rows past `frame`: rows a run wrote after its last checkpoint, before it stopped."
+    ("Drop metrics rows past `frame`: rows a run wrote after its last checkpoint, before it stopped, and a last row "
+     "a kill cut short.")
     path = Path(run_dir) / 'metrics.csv'
-    with open(path, newline='') as f: rows = list(csv.reader(f))
+    with open(path, newline='') as f: text = f.read()
+    whole = text[:text.rfind('\n') + 1]   # a row ends with its line end: without one, a kill stopped its write
+    rows = list(csv.reader(io.StringIO(whole, newline='')))
     kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= frame]
-    if len(kept) == len(rows): return
+    if len(kept) == len(rows) and whole == text: return
     def write(tmp):
         with open(tmp, 'w', newline='') as f: csv.writer(f).writerows(kept)
     write_atomically(path, write)

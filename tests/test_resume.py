@@ -134,9 +134,13 @@ def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
     done = subprocess.run([*COMMAND, 'train', '--out', str(whole), *RUN_FLAGS], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (stopped / 'metrics.csv').read_text() == (whole / 'metrics.csv').read_text()
-    assert_same(torch.load(stopped / 'checkpoint.pt', weights_only=True), torch.load(whole / 'checkpoint.pt', weights_only=True))
+    assert_same(run_state(stopped), run_state(whole))
     assert_same(torch.load(stopped / 'best.pt', weights_only=True), torch.load(whole / 'best.pt', weights_only=True))
     assert_same(scalars(stopped), scalars(whole), 'TensorBoard')
+
+def run_state(run_dir) -> dict:
+    "The whole state of the run in `run_dir`, its replay (saved in replay/, named by checkpoint.pt) inside, as a resume reads it."
+    return restore_learner(load_checkpoint(run_dir), Path(run_dir) / 'replay').state_dict()
 
 def scalars(run_dir) -> dict:
     "Tag → [(step, value)] of the TensorBoard scalars in `run_dir/tb`."

@@ -54,6 +54,9 @@ def test_keep_metrics_until(tmp_path):
     with open(tmp_path / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerows(rows)
     keep_metrics_until(tmp_path, 65)
     with open(tmp_path / 'metrics.csv', newline='') as f: assert list(csv.reader(f)) == rows[:3]
+    with open(tmp_path / 'metrics.csv', 'a', newline='') as f: f.write('6')   # a row a SIGKILL cut short: frame 6 of 66?
+    keep_metrics_until(tmp_path, 65)
+    with open(tmp_path / 'metrics.csv', newline='') as f: assert list(csv.reader(f)) == rows[:3]
 
 
 def test_stop_signals_first_sets_second_raises():
