@@ -20,9 +20,10 @@ from .store import SavedArrays, STATE_FILE
 # %% auto #0
 __all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'is_run', 'check_new_run_dir',
            'remove_orphans', 'share_mode', 'save_checkpoint', 'replay_saves', 'settle_checkpoint', 'load_checkpoint',
-           'read_metrics', 'keep_metrics_until', 'RunMismatchWarning', 'installed_version', 'git_revision', 'cpu_model',
-           'software', 'machine', 'space_shapes', 'now', 'start_manifest', 'write_manifest', 'read_manifest',
-           'manifest_differences', 'save_best', 'confirmed_return', 'load_best', 'save_run']
+           'read_metrics', 'episode_rows', 'keep_metrics_until', 'RunMismatchWarning', 'installed_version',
+           'git_revision', 'cpu_model', 'software', 'machine', 'space_shapes', 'now', 'start_manifest',
+           'write_manifest', 'read_manifest', 'manifest_differences', 'save_best', 'confirmed_return', 'load_best',
+           'save_run']
 
 # %% ../nbs/07a_rundir.ipynb #bb8d6905
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -108,6 +109,11 @@ def read_metrics(run_dir) -> dict:
     "The columns of `run_dir`'s metrics.csv as float arrays (nan where empty)."
     with open(Path(run_dir) / 'metrics.csv') as f: rows = list(csv.DictReader(f))
     return {c: np.array([float(r[c]) if r[c] else np.nan for r in rows]) for c in METRIC_COLUMNS}
+
+def episode_rows(run_dir) -> int:
+    ("How many episode returns `run_dir`'s metrics.csv holds. Fewer than the checkpoint's episodes when some ended "
+     "during the warm-up: their rows wait for the first update.")
+    return int((~np.isnan(read_metrics(run_dir)['episode_return'])).sum())
 
 def keep_metrics_until(run_dir:Path, frame:int):
     ("Drop metrics rows past `frame`: rows a run wrote after its last checkpoint, before it stopped, and a last row "

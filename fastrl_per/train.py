@@ -16,7 +16,8 @@ from .envs import check_env_id
 from .checks import check_int, check_number
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
                                load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
-                               save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR)
+                               save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR,
+                               episode_rows)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, build_learner, resume_learner
 
@@ -170,7 +171,7 @@ class TrainLoop:
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
         # the env step of the last checkpoint; of the last progress line
         self.saved = self.shown = learner.episodes.env_steps
-        self.n_returns = len(learner.episodes.returns)      # the episodes already on the board
+        self.n_returns = episode_rows(run_dir)   # the episodes already on the board (and in metrics.csv)
         self.best = load_best(run_dir)
         self.choice = BestNetwork(eval_episodes, confirm_episodes, eval_seed, self.best)
         self.final = None   # (step, score) of the last evaluation

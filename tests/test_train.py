@@ -6,6 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fastrl_per.rundir import (check_new_run_dir, git_revision, keep_metrics_until, load_checkpoint, manifest_differences,
@@ -84,3 +85,15 @@ def test_run_resumed_to_more_steps_replans_beta(tmp_path):
     assert [leg['from_step'] for leg in manifest['legs']] == [0, 200] and manifest['env_steps'] == 400
     assert manifest_differences(manifest) == []
     assert load_checkpoint(run)['config']['total_steps'] == 400
+
+
+def test_episodes_that_ended_in_the_warm_up_keep_their_rows_after_a_resume(tmp_path):
+    "A checkpoint in the warm-up (no update yet, so no episode row yet): the resumed run writes those episodes' rows."
+    stopped, whole = tmp_path / 'stopped', tmp_path / 'whole'
+    args = dict(replay='uniform', eval_every=0, solved=0, progress=False)   # uniform: beta's new plan changes nothing
+    train(out=str(stopped), total_steps=100, **args)   # 128 transitions are stored before the first update
+    assert len(read_metrics(stopped)['frame']) == 0 and len(load_checkpoint(stopped)['returns']) > 0
+    train(resume=str(stopped), total_steps=300, **args)
+    train(out=str(whole), total_steps=300, **args)
+    a, b = read_metrics(stopped), read_metrics(whole)
+    for c in ('frame', 'update', 'loss', 'episode_return'): np.testing.assert_array_equal(a[c], b[c])
