@@ -1,7 +1,7 @@
 """A run's replay buffer saved in its directory (#43): checkpoint.pt names the save in replay/, a second checkpoint writes
 what changed, `--replay-storage disk` keeps the buffer in files there, an old checkpoint with the buffer inside still
 resumes, and a run killed at random moments (checkpoints included) resumes to the run never killed."""
-import random, signal, subprocess, sys
+import random, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
@@ -115,30 +115,41 @@ def test_an_old_checkpoint_with_the_buffer_inside_resumes(tmp_path):
     assert load_checkpoint(stopped)['replay_save'] in replay_saves(stopped)
 
 
+def kill_in_a_checkpoint(proc, run_dir, seconds:float=20.) -> bool:
+    "SIGKILL `proc` as soon as a checkpoint of it waits in checkpoint.next.pt (its replay being saved); whether it did."
+    pending, deadline = Path(run_dir) / PENDING, time.monotonic() + seconds
+    while not pending.exists() and proc.poll() is None and time.monotonic() < deadline: time.sleep(0.0005)
+    proc.kill()
+    return pending.exists()
+
+
 @pytest.mark.parametrize('storage', ['memory', 'disk'])
 def test_a_run_killed_at_random_moments_resumes_to_the_run_never_killed(tmp_path, storage):
-    """`fastrl_per train` SIGKILLed three times (checkpoints every 25 steps: often mid-checkpoint), resumed each time: its
-    metrics and final state are the uninterrupted run's; no half-written file is left."""
+    """`fastrl_per train` SIGKILLed four times, twice at a random moment and twice in a checkpoint (while its replay is
+    saved), resumed each time: its metrics and final state are the uninterrupted run's; no half-written file is left."""
     run, whole, rng = tmp_path / 'run', tmp_path / 'whole', random.Random(storage)
     flags = ['--steps', '1500', '--replay-storage', storage, *LOOP_FLAGS]
     done = subprocess.run([*COMMAND, 'train', '--out', str(whole), *flags], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    saved, settled = 0, []
-    for leg in range(3):
+    saved, kills = 0, []
+    for leg in range(4):
         start = ['--out', str(run), *flags] if leg == 0 else ['--resume', str(run), *LOOP_FLAGS]
         proc = subprocess.Popen([*COMMAND, 'train', *start], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for_saved_steps(proc, run, saved + 100)
-        try: proc.wait(timeout=rng.uniform(0, 1.5))
-        except subprocess.TimeoutExpired: proc.kill()
+        wait_for_saved_steps(proc, run, saved + 50)
+        if leg % 2: kills.append(('in a checkpoint', kill_in_a_checkpoint(proc, run)))
+        else:
+            try: proc.wait(timeout=rng.uniform(0, 1.))
+            except subprocess.TimeoutExpired: proc.kill()
+            kills.append(('at random', (run / PENDING).exists()))
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL, (out, err)
         saved = load_checkpoint(run)['env_steps']
-        settled.append((run / PENDING).exists())
     resumed = subprocess.run([*COMMAND, 'train', '--resume', str(run), *LOOP_FLAGS], capture_output=True, text=True,
                              timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    assert (run / 'metrics.csv').read_text() == (whole / 'metrics.csv').read_text(), settled
+    assert (run / 'metrics.csv').read_text() == (whole / 'metrics.csv').read_text(), kills
     assert_same(run_state(run), run_state(whole))
     replay = run / REPLAY_DIR
     assert not (run / PENDING).exists() and not list(replay.glob(f'{JOURNAL}/*')) and not list(run.rglob('*.tmp'))
     assert replay_files(run) == sorted(info['file'] for info in SavedArrays(replay).read()['arrays'].values())
+    assert sum(hit for how, hit in kills if how == 'in a checkpoint') >= 1, kills   # at least one landed in one
