@@ -5,7 +5,8 @@
 # %% ../nbs/13_apex.ipynb #b26d9b67
 from __future__ import annotations
 import math
-import os
+import os, uuid
+from pathlib import Path
 from typing import Literal   # the hints ApexRun takes from dqn_args (weight_norm) name it
 import numpy as np
 import torch
@@ -21,7 +22,8 @@ from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful, check_keys
-from .learner import CHECKPOINT_VERSION, torch_threads
+from .learner import CHECKPOINT_VERSION, RUN_PLACED, torch_threads
+from .store import SavedArrays, load_arrays
 from .checks import check_int, check_number
 
 # %% auto #0
@@ -87,6 +89,10 @@ class ReplayServer:
     def state_dict(self) -> dict: return self.buffer.state_dict()
     def check_state(self, state:dict): return self.buffer.check_state(state)
     def load_state_dict(self, state:dict): self.buffer.load_state_dict(state)
+    def save(self, path, save_id:str) -> str:
+        "Save the buffer in the directory `path` on this shard's node (`ReplayBuffer.save`: the changes, after one)."
+        return self.buffer.save(path, save_id)
+    def load(self, path): self.buffer.load(path)
 
 # %% ../nbs/13_apex.ipynb #2b9b10fa
 def require_ray():
@@ -348,10 +354,14 @@ class ApexRun(Stateful):
                  actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
                  replay_cpus:float=0., # CPUs each replay shard asks Ray for
                  replay_node:str|None=None, # Ray node id of the replay shards (default: the learner's node)
+                 # where the shards save their buffers (replay_dir/shard_k, on each shard's node); none: in the state
+                 replay_dir:str|None=None,
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         args = learner_config(ApexRun.__init__, locals())
-        self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
+        self.config = {k: v for k, v in args.items() if k not in (*DEPLOYMENT, *RUN_PLACED)}
         self.deployment = {k: args[k] for k in DEPLOYMENT}
+        self.replay_dir = None if replay_dir is None else Path(replay_dir)
+        self.shards_saved = None   # the id of the shards' last save in `replay_dir`
         check_apex_args(args)
         self.capacity = shard_capacity(args['max_sz'], replay_shards)
         self.epsilons = apex_epsilons(actors, eps_base) if actors > 1 else [eps_end]
@@ -432,8 +442,10 @@ class ApexRun(Stateful):
             self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
                    for k in range(c['replay_shards'])]
         self.replay.connect(servers)
-        for k, (s, state) in enumerate(zip(servers, self.replay_state)):
-            self.replay.get(k, s.load_state_dict.remote(state))
+        for k, s in enumerate(servers):   # the run's buffer: states held here, or saves in the shards' directories
+            load = s.load.remote(str(self.shard_dirs()[k])) if self.replay_state is None else \
+                s.load_state_dict.remote(self.replay_state[k])
+            self.replay.get(k, load)
         actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD',
                                                     max_restarts=c['max_restarts'],
                                                     max_task_retries=-1,   # a call cut short by a death runs again
@@ -466,15 +478,19 @@ class ApexRun(Stateful):
         if self.ray != 'in use': ray.shutdown()   # a joined cluster goes on without this run
 
     def close(self):
-        """Keep the replay's buffer in this process, then end the actors, and Ray if this run began it. A lost replay
-        keeps none."""
+        """Keep the replay's buffer (in this process, or saved by each shard in its directory under `replay_dir`), then
+        end the actors, and Ray if this run began it. A lost replay keeps none."""
         if not self.running: return
         ray = require_ray()
         try:
             if self.calls:   # calls that ended before their actors do: no notices of retries
                 ray.wait(list(self.calls), num_returns=len(self.calls), timeout=self.timeout)
             self.replay.flush()
-            self.replay_state = self.replay.state_dicts()
+            # the shards' buffers: saved in their directories (then none here), or fetched into this process
+            if self.replay_dir is None: self.replay_state = self.replay.state_dicts()
+            else:
+                self.save_replay(uuid.uuid4().hex)
+                self.replay_state = None
         except ReplayLost: pass   # `replay.lost` says so: `state_dict` refuses, the last checkpoint is where to resume
         finally:
             try: self.count_restarts()   # those Ray made since the last call came back, too
@@ -579,8 +595,10 @@ class ApexRun(Stateful):
             line += (f"; on {len({a['node_id'] for a in p['actors']})} of {p['nodes']} nodes, "
                      f"{k} replay shard{'s' if k > 1 else ''} {'on' if beside else 'off'} the learner's node")
         if resumed:
-            line += ("; resumed with the replay, networks, optimiser, counters and weights version of the checkpoint, "
-                     "the actors' envs started afresh")
+            saved = self.replay_dir is not None and self.replay_state is None
+            shards = ' (each shard reloaded from its directory)' if saved else ''
+            line += (f"; resumed with the replay{shards}, networks, optimiser, counters and weights version of the "
+                     "checkpoint, the actors' envs started afresh")
         return line
 
     def stats(self) -> dict:
@@ -589,17 +607,37 @@ class ApexRun(Stateful):
             shards = [self.replay.get(k, s.stats.remote()) for k, s in enumerate(self.replay.servers)]
             return dict(n_added=sum(s['n_added'] for s in shards), size=sum(s['size'] for s in shards),
                         beta=shards[0]['beta'], pids=[s['pid'] for s in shards])
-        return dict(n_added=sum(s['n_added'] for s in self.replay_state), beta=self.replay.beta,
-                    size=sum(min(s['n_added'], self.capacity) for s in self.replay_state))
+        shards = self.replay_state or [SavedArrays(d).read() for d in self.shard_dirs()]
+        return dict(n_added=sum(s['n_added'] for s in shards), beta=self.replay.beta,
+                    size=sum(min(s['n_added'], self.capacity) for s in shards))
+
+    def shard_dirs(self) -> list[Path]:
+        "The directory of each shard's saves, `replay_dir/shard_k` (on the shard's node, which reaches it so)."
+        return [self.replay_dir / f'shard_{k}' for k in range(self.config['replay_shards'])]
+
+    def save_replay(self, save_id:str) -> str:
+        ("Each running shard saves its buffer in its directory as `save_id`, in its Ray actor, all at once (after the "
+         "first, what changed); once the run is closed, they have: the id of that save.")
+        if not self.running: return self.shards_saved
+        servers = zip(self.replay.servers, self.shard_dirs())
+        calls = [(k, s.save.remote(str(d), save_id)) for k, (s, d) in enumerate(servers)]
+        for k, ref in calls: self.replay.get(k, ref)
+        self.shards_saved = save_id
+        return save_id
 
     def state_dict(self,
-                   replay_save:str|None=None) -> dict: # ignored for now: the shards' buffers are inside
-        """What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs), plus the
-        actors' step counts, the weights version and the shard sampler's state."""
+                   # a new save id: with a `replay_dir`, the shards' buffers are left out, for `save_replay` to save
+                   # (after `close`, the state names the save they made then); None: every buffer inside
+                   replay_save:str|None=None) -> dict:
+        """What `Learner.state_dict` holds (every shard's buffer, fetched from its actor while Ray runs, or the save
+        naming them), plus the actors' step counts, the weights version and the shard sampler's state."""
         if self.replay.lost: raise ReplayLost(f"{self.replay.lost}: the run holds no replay to save")
-        replay = self.replay.state_dicts() if self.running else self.replay_state
+        saved = self.replay_dir is not None and (replay_save is not None if self.running else self.replay_state is None)
+        if saved and not self.running: replay_save = self.shards_saved
+        replay = None if saved else self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
-                    **self.core.state_dict(), replay=replay, replay_save=None, agent=self.agent.state_dict(),
+                    **self.core.state_dict(), replay=replay, replay_save=replay_save if saved else None,
+                    agent=self.agent.state_dict(),
                     **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
                     fresh_episodes="an Ape-X run's actors start new episodes whenever the run starts")
@@ -620,19 +658,31 @@ class ApexRun(Stateful):
             raise ValueError(f"checkpoint config differs from this run's (checkpoint, run): {diff}")
         if len(state['actor_steps']) != len(self.actor_steps):
             raise ValueError(f"checkpoint of {len(state['actor_steps'])} actors, not {len(self.actor_steps)}")
-        # older checkpoints: one buffer
-        replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])
-        if len(replay) != len(self.replay_state):
-            raise ValueError(f"checkpoint of {len(replay)} replay shards, not {len(self.replay_state)}")
-        for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
+        if state.get('replay_save') is None:   # the buffers inside it (older checkpoints: one)
+            replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])
+            if len(replay) != self.config['replay_shards']:
+                raise ValueError(f"checkpoint of {len(replay)} replay shards, not {self.config['replay_shards']}")
+            for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
+        else: replay = self.check_shard_saves()
         episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
         core, agent = self.core.check_state(state), self.agent.check_state(state['agent'])
         check_torch_rng(state['torch_rng'])
         return dict(state, replay=replay, episodes=episodes, core=core, agent=agent)
 
+    def check_shard_saves(self) -> None:
+        ("A `ValueError` unless every shard's directory holds a save its buffer loads (journals put back first); None: "
+         "what a run loads then holds here. A kill mid-checkpoint may leave some shards a save ahead of the "
+         "checkpoint: each still loads whole, and an Ape-X run, asynchronous, resumes inexactly anyway.")
+        if self.replay_dir is None:
+            raise ValueError("checkpoint names its replay shards' saves, but this ApexRun has no `replay_dir`")
+        for shard, d in zip(self.new_shards(), self.shard_dirs()):
+            saved, arrays = load_arrays(d)
+            shard.check_state(dict(saved, arrays=arrays))
+
     def assign(self, checked:dict):
         "Take over what `check_state` returned: replay, networks, exploration, counters, weights version, RNGs."
         self.replay_state, self.actor_steps = checked['replay'], list(checked['actor_steps'])
+        self.shards_saved = checked.get('replay_save')
         self.version = checked['weights_version']
         self.core.assign(checked['core'])
         self.agent.assign(checked['agent'])

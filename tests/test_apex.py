@@ -16,6 +16,7 @@ from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import QNetwork
 from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, batch_td_errors, ray_get
+from fastrl_per.store import SavedArrays
 from conftest import wait_for_saved_steps
 from test_cli import COMMAND, interrupt   # the single-process run's SIGINT test: start a long run, signal it once it has checkpointed
 
@@ -142,7 +143,7 @@ def test_actors_refuse_what_apex_does_not_take(tmp_path):
 
 
 def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
-    "Two actors until the run has checkpointed past 100 steps, then SIGINT: exit 130 with a checkpoint holding the replay; --resume continues it; evaluate reads it."
+    "Two actors until the run has checkpointed past 100 steps, then SIGINT: exit 130 with a checkpoint naming the shard's save in replay/shard_0; --resume reloads it; evaluate reads it."
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
     out = tmp_path / 'run'
     code, _, stderr = interrupt(out, signal.SIGINT, '--actors', '2', '--eval-every', '200', '--eval-episodes', '1')
@@ -151,7 +152,9 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     manifest = json.loads((out / 'run.json').read_text())
     assert state['learner'] == manifest['learner'] == 'ApexRun' and state['config']['actors'] == 2
     assert manifest['env_steps'] == state['env_steps'] >= 100 and sum(state['actor_steps']) == state['env_steps']
-    assert sum(r['n_added'] for r in state['replay']) >= state['env_steps']   # calls in flight may have pushed more
+    shard = SavedArrays(out / 'replay' / 'shard_0').read()   # saved by the shard's Ray actor, when the run closed
+    assert state['replay'] is None and shard['save_id'] == state['replay_save']
+    assert shard['n_added'] >= state['env_steps']   # calls in flight may have pushed more
     assert state['weights_version'] == 1 + state['updates'] // 50   # published at the start and every 50 updates
     assert all((out / name).exists() for name in ('metrics.csv', 'plot.png', 'tb'))
     with open(out / 'metrics.csv', newline='') as f: evaluated = any(r['eval_return'] for r in csv.DictReader(f))
@@ -160,9 +163,12 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
     done = command('train', '--resume', out, '--steps', frames + 200, '--no-progress')
     assert done.returncode == 0, done.stderr
     assert "the actors' envs started afresh" in done.stdout and f'{frames + 200}' in done.stdout
+    assert 'resumed with the replay (each shard reloaded from its directory)' in done.stdout
     assert 'continued their episodes exactly' not in done.stdout and 'the envs started fresh episodes' in done.stdout
     resumed = torch.load(out / 'checkpoint.pt', weights_only=True)
-    assert resumed['env_steps'] >= frames + 200 and resumed['replay'][0]['n_added'] > state['replay'][0]['n_added'] and resumed['updates'] > state['updates']
+    after = SavedArrays(out / 'replay' / 'shard_0').read()
+    assert resumed['env_steps'] >= frames + 200 and after['n_added'] > shard['n_added'] and resumed['updates'] > state['updates']
+    assert after['save_id'] == resumed['replay_save']
     with open(out / 'metrics.csv', newline='') as f: rows = [r for r in csv.DictReader(f) if r['update']]
     assert [int(r['update']) for r in rows] == list(range(1, len(rows) + 1))   # the update rows, not episodes' own
     assert [int(r['frame']) for r in rows] == sorted(int(r['frame']) for r in rows)
@@ -304,10 +310,12 @@ def test_train_joins_a_cluster_spreads_its_actors_and_resumes_without_it(cluster
     assert 'on 2 of 2 nodes, 1 replay shard on the learner\'s node' in done.stdout
     state = torch.load(out / 'checkpoint.pt', weights_only=True)
     assert 'address' not in state['config'] and 'num_cpus' not in state['config']   # the deployment is not the run
+    assert SavedArrays(out / 'replay' / 'shard_0').read()['save_id'] == state['replay_save']   # saved on the shard's node
     resumed = without_cluster('train', '--resume', out, '--steps', state['env_steps'] + 200, '--actor-cpus', 0.5, '--no-progress')
     assert resumed.returncode == 0, resumed.stderr   # where it runs may change on a resume: --actor-cpus is no contradiction
     legs = json.loads((out / 'run.json').read_text())['legs']
     assert len(legs) == 2 and legs[1]['ray']['ray'] == 'started' and legs[1]['ray']['address'] != cluster.address
+    assert 'each shard reloaded from its directory' in resumed.stdout
 
 
 def test_auto_finds_the_cluster_started_here_and_joins_it_in_its_auth_mode(cluster, tmp_path):
