@@ -476,12 +476,10 @@ def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
              eps_start:float=1.0, # exploration at the start
              eps_end:float=0.01, # exploration after the decay
              hidden:int=128, # hidden units of the Q-network
-             max_grad_norm:float|None=10., # clip the gradient norm (None: no clipping)
+             max_grad_norm:float|None=10., # clip the gradient norm (None: never)
              n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
              layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP (none in the Atari net)
-             # 'disk': the replay's storage is memory-mapped files in the run's replay/ directory, which a checkpoint
-             # flushes; 'memory': in memory, a checkpoint writing what changed there
-             replay_storage:Literal['memory', 'disk']='memory'):
+             replay_storage:Literal['memory', 'disk']='memory'): # 'disk': the replay in mapped files in RUN/replay
     ("The arguments whose meaning and default are the same in every learner that takes them, written once: "
      "a learner's `__init__` takes them with `@delegates(dqn_args)` and reads them with `learner_config`.")
 

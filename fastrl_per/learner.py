@@ -126,7 +126,7 @@ class Learner(Stateful):
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
                  env_id:str='CartPole-v1',
                  *, # the rest by keyword: a position would silently mean another argument
-                 replay:Literal['per', 'uniform']='per', # 'per' (prioritized) or 'uniform'
+                 replay:Literal['per', 'uniform']='per', # prioritized or uniform
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=128, # batch size
                  lr:float=5e-4, # Adam learning rate

@@ -303,7 +303,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           # more greedy episodes for an evaluation that beats the kept network's mean; best.pt: the best mean over
           # all of them (0: the best evaluation)
           confirm_episodes:int=30,
-          # seeds the evaluation env (episode i uses eval_seed + i), away from the training env's seeds
+          # seeds the evaluation env (episode i: eval_seed + i), away from the training env's
           eval_seed:int=1_000_000_000,
           log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
           threads:int=1, # torch CPU threads; small networks train fastest on one
