@@ -360,7 +360,8 @@ def evaluate(run_dir:str, # a run directory written by train
     else: network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
     try: learner.model.load_state_dict((state if best is None else best)['model'])
     except (RuntimeError, KeyError, TypeError) as e:
-        raise ValueError(f"{str(Path(run_dir) / network.split()[0])!r} does not fit the run's network: {e}") from e
+        raise ValueError(f"the network of {str(Path(run_dir) / network.split()[0])!r} and the run's config "
+                         f"do not fit: {e}") from e
     video_dir = Path(run_dir) / 'videos' if video else None
     returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
     summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "

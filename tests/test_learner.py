@@ -17,6 +17,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import fastrl_per.rundir as rundir_mod
+from fastrl_per.store import SavedArrays
 from fastrl_per.core import SimpleStep
 from fastrl_per.envs import GymTransformBlock
 from fastrl_per.dqn import (AnnealBeta, OnlineQ, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate, TDTargets,
@@ -408,7 +409,7 @@ def copy_run(base_run, tmp_path):
 def test_resume_continues_counters(base_run, tmp_path):
     run = copy_run(base_run, tmp_path)
     first = load_checkpoint(run)
-    assert first['env_steps'] == 300 and first['replay']['n_added'] == 300
+    assert first['env_steps'] == 300 and SavedArrays(run / 'replay').read()['n_added'] == 300   # the buffer: in replay/
     n_first = len(update_frames(run))
     assert first['updates'] == n_first == 300 - 64 + 1
     train(total_steps=500, resume=str(run), progress=False)
@@ -416,18 +417,18 @@ def test_resume_continues_counters(base_run, tmp_path):
     frames = update_frames(run)
     assert state['env_steps'] == 500
     assert state['updates'] == first['updates'] + 200 == len(frames)
-    assert state['replay']['n_added'] == 500
+    assert SavedArrays(run / 'replay').read()['n_added'] == 500
     # the agent's counter continues too (it also counts the autoreset steps the stream drops: one per ended episode)
     assert first['agent']['steps'] >= 300 and state['agent']['steps'] >= first['agent']['steps'] + 200
     assert state['config'] == dict(first['config'], total_steps=500)  # a resume may plan more steps (beta re-planned)
     # one row per update, no frame twice, contiguous from the first update to the last frame
     assert len(set(frames.tolist())) == len(frames)
     np.testing.assert_array_equal(frames, np.arange(64, 501))
-    assert sorted(p.name for p in run.iterdir()) == ['best.pt', 'checkpoint.pt', 'metrics.csv', 'plot.png', 'run.json', 'tb']
+    assert sorted(p.name for p in run.iterdir()) == ['best.pt', 'checkpoint.pt', 'metrics.csv', 'plot.png', 'replay', 'run.json', 'tb']
     # evaluate --latest: a sentence with the mean of greedy episodes of the checkpoint's network
     out = evaluate(str(run), episodes=2, latest=True)
     assert isinstance(out, str) and 'mean return over 2 greedy episodes' in out
-    learner = Learner(**state['config'])
+    learner = Learner(**state['config'], replay_dir=run / 'replay')
     learner.load_state_dict(state)
     mean = np.mean(greedy_returns(learner.agent, 'CartPole-v1', 2, 10_000))
     assert re.search(r'episodes: ([0-9.]+)', out).group(1) == f"{mean:.1f}"
@@ -633,7 +634,7 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
     (run / 'best.pt').unlink()
     train(total_steps=400, resume=str(run), progress=False)
     resumed = load_checkpoint(run)
-    assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (5, False, 400)
+    assert (resumed['version'], resumed['config']['layer_norm'], resumed['env_steps']) == (6, False, 400)
     assert 'mean return over 2 greedy episodes' in evaluate(str(run), episodes=2, latest=True)
 
 
