@@ -54,6 +54,23 @@ def test_resumed_from_the_pair_equals_the_learner_never_stopped(tmp_path, kwargs
     assert_same(storage_aside(resumed.state_dict()), storage_aside(whole.state_dict()))
 
 
+def test_atari_frames_on_disk_resume_from_the_pair(tmp_path):
+    """Pong's frames (a `FrameStorage` memory-mapped in replay/) through two checkpoints: the learner restored from the pair
+    holds the buffer and networks saved (Pong-v5's sticky actions make its envs start fresh episodes: no exact rows)."""
+    pytest.importorskip('ale_py')
+    from fastrl_per.atari import atari_defaults
+    kwargs = dict(seed=0, **dict(atari_defaults(600), max_sz=400, warmup=100, bs=8))
+    first = Learner('ALE/Pong-v5', replay_storage='disk', replay_dir=tmp_path / REPLAY_DIR, **kwargs)
+    first.fit(200); save_checkpoint(tmp_path, first)
+    first.fit(300); save_checkpoint(tmp_path, first)   # past the ring's 400 transitions: its frames wrap
+    assert type(first.replay.buffer.storage).__name__ == 'FrameStorage' and len(replay_files(tmp_path)) > 1
+    saved, files = first.state_dict(), replay_files(tmp_path)
+    del first
+    resumed = restore_learner(load_checkpoint(tmp_path), tmp_path / REPLAY_DIR)
+    assert_same({k: v for k, v in resumed.state_dict().items() if k != 'envs'}, {k: v for k, v in saved.items() if k != 'envs'})
+    assert len(resumed.fit(50)) > 0 and replay_files(tmp_path) == files   # it trains on in the same files
+
+
 @pytest.mark.parametrize('replay', ['uniform', 'per'])
 def test_a_second_checkpoint_writes_the_rows_written_since(tmp_path, monkeypatch, replay):
     "A checkpoint after 500 more steps writes about 500 rows (in 64 KB chunks here), not the whole ring again."
