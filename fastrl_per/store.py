@@ -107,8 +107,15 @@ class SavedArrays:
         self.tidy(state)
 
     def open(self, state:dict, mode:str='r') -> dict:
-        "The arrays `state` names, memory-mapped (`mode` 'r' or 'r+'): nothing is read until used."
-        return {n: np.load(self.path / info['file'], mmap_mode=mode) for n, info in state['arrays'].items()}
+        ("The arrays `state` names, memory-mapped (`mode` 'r' or 'r+'): nothing is read until used; a `ValueError` "
+         "naming the file if one is missing or not an array.")
+        arrays = {}
+        for n, info in state['arrays'].items():
+            try: arrays[n] = np.load(self.path / info['file'], mmap_mode=mode)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"saved buffer at {str(self.path)!r}: array {n!r} ({info['file']}) "
+                                 f"unreadable: {e}") from e
+        return arrays
 
 def new_file(name:str) -> str:
     "A fresh file name for array `name` (never one an earlier save used)."
@@ -129,7 +136,7 @@ class DiskArrays:
      "first copies it to the journal (`guard`), so a crash never loses the last save.")
     def __init__(self, path):
         self.saved = SavedArrays(path)
-        self.last = None   # (save_id, {name: (writes, rows kept)}) of the save the files hold; None before one
+        self.last = None   # (save_id, {name: (writes, rows kept, file)}) of the save the files hold; None before one
 
     @property
     def path(self) -> Path: return self.saved.path
@@ -148,17 +155,21 @@ class DiskArrays:
 
     def holds(self, a:np.ndarray) -> bool:
         "Whether `a` is one of the memory-mapped arrays in this directory."
-        return isinstance(a, np.memmap) and a.filename is not None and Path(a.filename).parent == self.path.resolve()
+        return (isinstance(a, np.memmap) and a.filename is not None
+                and Path(a.filename).resolve().parent == self.path.resolve())   # resolved: a path through a link too
 
     def saved_at(self, state:dict):
         "The files now hold the save `state`: later writes to its rows are journaled first."
-        self.last = (state['save_id'], {n: (info['count'], info['kept']) for n, info in state['arrays'].items()})
+        self.last = (state['save_id'], {n: (info['count'], info['kept'], info['file'])
+                                        for n, info in state['arrays'].items()})
 
     def guard(self, name:str, a:np.ndarray, then:int, now:int) -> int:
         ("Before writes `then`..`now - 1` change the live array `name` (`a`): journal the chunks they reach that the "
-         "last save holds. Return the write count up to which `a` needs no journaling now.")
+         "last save holds (none if `a` is not the save's file: one taken over since). Return the write count up to "
+         "which `a` needs no journaling now.")
         if self.last is None or name not in self.last[1]: return NO_GUARD
-        save_id, (count, kept) = self.last[0], self.last[1][name]
+        save_id, (count, kept, file) = self.last[0], self.last[1][name]
+        if not self.holds(a) or Path(a.filename).name != file: return NO_GUARD
         length, rows = len(a), chunk_rows(a)
         if now - count >= length: safe = NO_GUARD
         else:
@@ -177,10 +188,11 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
     saved.path.mkdir(parents=True, exist_ok=True)
     old = saved.read()
     if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
+    own = disk is not None and disk.path.resolve() == saved.path.resolve()   # saving where the storage lives
     files = {}
     for name, a in arrays.items():
         known = None if old is None else old['arrays'].get(name)
-        if disk is not None and disk.holds(a):
+        if own and disk.holds(a):
             a.flush()
             files[name] = Path(a.filename).name
         elif known is not None and np.load(saved.path / known['file'], mmap_mode='r').shape == a.shape:
@@ -197,7 +209,7 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
                     for n in arrays}
     state = dict(state, save_id=save_id, arrays=arrays_state)
     saved.commit(state)
-    if disk is not None and disk.path.resolve() == saved.path.resolve(): disk.saved_at(state)
+    if own: disk.saved_at(state)
     return dict(save_id=save_id, counts={n: int(c) for n, c in counts.items()})
 
 def load_arrays(path, disk:DiskArrays|None=None) -> tuple[dict, dict]:
