@@ -363,6 +363,7 @@ class Priorities:
         other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
+        other.tree.load_state_dict(self.tree.state_dict(old), new)   # what the kind keeps moves along
         return other
 
     def draw(self, rng:np.random.Generator, bs:int):
