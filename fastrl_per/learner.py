@@ -138,8 +138,7 @@ class Learner(Stateful):
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 # replay 'per' only: 'proportional' (|td| + eps), 'rank', 'lap' (no weights; DQN's loss is the Huber
-                 # loss it needs), or a `PriorityKind` class; the config records its name
+                 # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
                  prioritization:str|type=PRIORITIZATION,
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         self.config = c = learner_config(Learner.__init__, locals())
