@@ -17,7 +17,7 @@ from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay, RingStorage
 from .store import SavedArrays
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .priorities import kind_defaults, check_weight_norm
+from .priorities import kind_settings, check_weight_norm, PRIORITIZATION
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful
@@ -64,7 +64,7 @@ def check_learner_args(c:dict):
     "Raise a `ValueError` naming the first of the `Learner` arguments in `c` (its config) that it does not take."
     if c['replay'] not in ('per', 'uniform'):
         raise ValueError(f"replay must be 'per' or 'uniform', got {c['replay']!r}")
-    if c['replay'] == 'uniform' and c['prioritization'] != 'proportional':
+    if c['replay'] == 'uniform' and c['prioritization'] != PRIORITIZATION:
         raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
     check_weight_norm(c['weight_norm'])
     if c['replay_storage'] not in ('memory', 'disk'):
@@ -132,8 +132,8 @@ class Learner(Stateful):
                  lr:float=5e-4, # Adam learning rate
                  # learning rate reached linearly by the last planned step (None: constant)
                  lr_end:float|None=None,
-                 alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # prioritization exponent; none: the kind's default
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
                  tau:float|None=0.01, # soft target update rate per update
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
@@ -146,7 +146,8 @@ class Learner(Stateful):
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
+                 # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
+                 prioritization:str|type=PRIORITIZATION,
                  # the replay's directory (a run's replay/): its files with replay_storage='disk', where `save_replay`
                  # writes; none: no directory (in memory, inside `state_dict`). Where the run is, not its config
                  replay_dir:str|None=None,
@@ -158,7 +159,7 @@ class Learner(Stateful):
         if disk and replay_dir is None:
             raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
-        c['alpha'], c['beta'] = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
+        c.update(kind_settings(prioritization, alpha, beta))   # the run's config names the values it uses
         obs, n_actions, grid, frames, one_hot = observations(env_id, collector)
         self.replay_nbytes = self.storage_nbytes(obs, c['max_sz'], frames, one_hot)
         if not disk: check_fits(self.replay_nbytes, c['max_sz'])   # on disk it may exceed the memory
