@@ -170,3 +170,35 @@ def test_a_run_killed_at_random_moments_resumes_to_the_run_never_killed(tmp_path
     assert not (run / PENDING).exists() and not list(replay.glob(f'{JOURNAL}/*')) and not list(run.rglob('*.tmp'))
     assert replay_files(run) == sorted(info['file'] for info in SavedArrays(replay).read()['arrays'].values())
     assert sum(hit for how, hit in kills if how == 'in a checkpoint') >= 1, kills   # at least one landed in one
+
+
+KILL_AT_RENAME = """
+import os, signal, sys
+from fastrl_per.train import train
+real, seen = os.replace, []
+def replace(src, dst):   # SIGKILL the process at its third checkpoint: its replay is saved, checkpoint.pt not yet
+    if str(src).endswith('checkpoint.next.pt'):
+        seen.append(src)
+        if len(seen) == 3: os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst)
+os.replace = replace
+train(out=sys.argv[1], total_steps=600, replay_storage=sys.argv[2], checkpoint_every=100, eval_every=0, solved=0,
+      progress=False)
+"""
+
+
+@pytest.mark.parametrize('storage', ['memory', 'disk'])
+def test_a_run_killed_between_its_replay_and_its_checkpoint_resumes_from_both(tmp_path, storage):
+    "Killed after the replay's save, before checkpoint.next.pt replaces checkpoint.pt: the resume finishes the pair."
+    run, whole = tmp_path / 'run', tmp_path / 'whole'
+    killed = subprocess.run([sys.executable, '-c', KILL_AT_RENAME, str(run), storage], capture_output=True, text=True,
+                            timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    pending = torch.load(run / PENDING, weights_only=True)
+    assert pending['env_steps'] == 200 and load_checkpoint(run)['env_steps'] == 100   # steps 0, 100, then 200
+    assert replay_saves(run) == {pending['replay_save']}   # the replay is the pending checkpoint's
+    summary = train(resume=str(run), **dict(LOOP, replay_storage=storage))
+    assert summary.startswith('the last checkpoint was interrupted after its replay was saved') and 'step 200' in summary
+    train(out=str(whole), total_steps=600, **dict(LOOP, replay_storage=storage))
+    assert (run / 'metrics.csv').read_text() == (whole / 'metrics.csv').read_text()
+    assert_same(run_state(run), run_state(whole))
