@@ -355,13 +355,13 @@ def evaluate(run_dir:str, # a run directory written by train
     best = None if latest else load_best(run_dir)
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
     learner = build_learner(state, Path(run_dir) / REPLAY_DIR)   # a replay on disk there is not opened
+    source = 'checkpoint.pt' if best is None else 'best.pt'
     if best is None:
-        network = f"checkpoint.pt (the latest, step {state['env_steps']}{'' if latest else '; the run has no best.pt'})"
-    else: network = f"best.pt (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
+        network = f"{source} (the latest, step {state['env_steps']}{'' if latest else '; the run has no best.pt'})"
+    else: network = f"{source} (the best evaluation, {best['eval_return']:.1f} at step {best['frame']})"
     try: learner.model.load_state_dict((state if best is None else best)['model'])
     except (RuntimeError, KeyError, TypeError) as e:
-        raise ValueError(f"the network of {str(Path(run_dir) / network.split()[0])!r} and the run's config "
-                         f"do not fit: {e}") from e
+        raise ValueError(f"the network of {str(Path(run_dir) / source)!r} and the run's config do not fit: {e}") from e
     video_dir = Path(run_dir) / 'videos' if video else None
     returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
     summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "
