@@ -20,7 +20,7 @@ KINDS = dict(uniform=ReplayBuffer, prioritized=PrioritizedReplayBuffer)
 
 
 def transitions(start:int, n:int, width:int=4) -> dict:
-    "Transitions number `start`, ..., `start + n - 1`: every field follows from the number, kept as the extra field `w`."
+    "Transitions `start`, ..., `start + n - 1`: every field follows from the number, kept as the extra field `w`."
     w = np.arange(start, start + n, dtype=np.int64)
     state = np.repeat((w % 251).astype(np.uint8)[:, None], width, 1)
     return dict(state=state, next_state=state + 1, action=w % 3, reward=w.astype(np.float32),
@@ -299,30 +299,68 @@ def test_old_single_file_save_loads(tmp_path, kind, on_disk):
 
 # ---------------------------------------------------------------- killed mid-save: a real process, SIGKILL
 
-WIDTH, RING = 512, 12_000   # 12,000 rows of ~1.1 KB: 13 MB, 4 chunks
+WIDTH, RING, SIDE = 512, 12_000, 84   # rows of ~1.1 KB: 13 MB, 4 chunks; frames 84x84, a quarter as many: 5 chunks
+STORAGES = ('memory', 'disk', 'frames')   # a ring in memory, a ring on disk, a FrameStorage on disk
 
 
-def generation_sizes(gens:int) -> np.ndarray:
-    "How many transitions the child writes before each of its saves."
-    return 1500 + (np.arange(gens) * 737) % 3000
+def generation_sizes(gens:int, storage:str) -> np.ndarray:
+    "How many transitions the child writes before each of its saves (a FrameStorage writes slower: a quarter)."
+    return (1500 + (np.arange(gens) * 737) % 3000) // (4 if storage == 'frames' else 1)
 
 
-def child(where:str, on_disk:str):
+def frame_transitions(start:int, n:int) -> dict:
+    "Transitions `start`.. along one chain of frames: frame `i` is all `i % 251`, transition `w` stacks frames w..w+3."
+    values = (np.arange(start, start + n + 4) % 251).astype(np.uint8)
+    frames = np.broadcast_to(values[:, None, None], (n + 4, SIDE, SIDE))
+    stacks = np.lib.stride_tricks.sliding_window_view(frames, 4, axis=0).transpose(0, 3, 1, 2)
+    w = np.arange(start, start + n)
+    return dict(state=stacks[:n], next_state=stacks[1:], action=w % 3, reward=w.astype(np.float32),
+                terminated=np.zeros(n, bool), w=w)
+
+
+def make_storage(storage:str, d:Path, seed:int=0):
+    "A prioritized buffer of `RING` transitions in the `storage` of `STORAGES` (on disk: in `d`)."
+    if storage == 'frames': return PrioritizedReplayBuffer(bs=8, seed=seed, storage=FrameStorage(RING // 4, path=d))
+    return make('prioritized', RING, d if storage == 'disk' else None, seed)
+
+
+def fill_storage(buf, start:int, n:int):
+    "`fill` for a ring (rows `WIDTH` wide), or the same with `frame_transitions` for a FrameStorage."
+    if not isinstance(buf.storage, FrameStorage): return fill(buf, start, n, WIDTH)
+    data = frame_transitions(start, n)
+    slots = buf.extend(**data)
+    buf.update_priorities(slots, td_of(data['w']))
+
+
+def check_storage(buf, n_added:int):
+    "`check_holds` for a ring; for a FrameStorage the rows, each stack rebuilt from its frames, and the priorities."
+    if not isinstance(buf.storage, FrameStorage): return check_holds(buf, n_added, WIDTH)
+    assert buf.storage.n_added == n_added and buf.storage.n_valid == len(buf)
+    w = expected_writes(n_added, buf.max_sz)
+    rows = buf.memory[:]
+    assert np.array_equal(rows.w.numpy(), w)
+    stacks = (w[:, None] + np.arange(4)) % 251
+    assert np.array_equal(rows.state.numpy()[:, :, 0, 0], stacks)
+    assert np.array_equal(rows.next_state.numpy()[:, :, -1, -1], (stacks + 1) % 251)
+    assert np.allclose(buf.priorities[:len(w)], td_of(w) + buf.eps)
+
+
+def child(where:str, storage:str):
     "Fill a prioritized buffer, save, and keep adding and saving until killed; print each save's count when done."
     d = Path(where)
-    buf = make('prioritized', RING, d if on_disk == 'disk' else None)
+    buf = make_storage(storage, d)
     n = 0
-    for k in generation_sizes(10_000):
+    for k in generation_sizes(10_000, storage):
         for part in np.array_split(np.arange(n, n + k), 5):   # on disk, kills land between these writes too
-            fill(buf, int(part[0]), len(part), WIDTH)
+            fill_storage(buf, int(part[0]), len(part))
         n += int(k)
         buf.save(d)
         print(n, flush=True)
 
 
-def killed_trial(d:Path, on_disk:bool, rng) -> tuple[int, int, bool]:
+def killed_trial(d:Path, storage:str, rng) -> tuple[int, int, bool]:
     "Run `child`, SIGKILL it at a random moment after its first save; return (last reported save, loaded, journaled)."
-    proc = subprocess.Popen([sys.executable, __file__, str(d), 'disk' if on_disk else 'memory'], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, __file__, str(d), storage], stdout=subprocess.PIPE,
                             text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     reported = [int(proc.stdout.readline())]   # a first save exists
     time.sleep(rng.uniform(0, 1.5))
@@ -330,23 +368,23 @@ def killed_trial(d:Path, on_disk:bool, rng) -> tuple[int, int, bool]:
     out, _ = proc.communicate()
     reported += [int(x) for x in out.split()]
     journaled = any((d / JOURNAL).glob('*.npy'))
-    fresh = make('prioritized', RING, d if on_disk else None)
+    fresh = make_storage(storage, d, seed=1)
     fresh.load(d)
     return reported[-1], fresh, journaled
 
 
-@pytest.mark.parametrize('on_disk', [False, True])
-def test_killed_mid_save_leaves_one_save(tmp_path, on_disk):
+@pytest.mark.parametrize('storage', STORAGES)
+def test_killed_mid_save_leaves_one_save(tmp_path, storage):
     """A process saving (and, on disk, writing) in a loop is killed at random moments: the directory then loads as
     exactly one of its saves, the last it reported or the one it was making, rows, counters and priorities alike."""
-    rng, saves = np.random.default_rng(0), np.cumsum(generation_sizes(10_000))
+    rng, saves = np.random.default_rng(0), np.cumsum(generation_sizes(10_000, storage))
     trial = journaled = 0
     while trial < 3 or not journaled and trial < 8:   # more trials until one was killed with undo copies pending
         d = tmp_path / f'trial{trial}'
-        last, fresh, journal = killed_trial(d, on_disk, rng)
+        last, fresh, journal = killed_trial(d, storage, rng)
         n = fresh.storage.n_added
         assert n in saves and n >= last and np.searchsorted(saves, n) <= np.searchsorted(saves, last) + 1, (n, last)
-        check_holds(fresh, n, WIDTH)
+        check_storage(fresh, n)
         fresh.sample()
         del fresh
         shutil.rmtree(d)
