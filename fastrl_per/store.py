@@ -95,8 +95,9 @@ class SavedArrays:
         return state
 
     def tidy(self, state:dict):
-        "Remove the journal and every array file `state` does not name (left by an older save or a crash)."
-        for entry in (self.path / JOURNAL).glob('*'): entry.unlink()
+        ("Remove the journal, every array file `state` does not name (left by an older save or a crash) and the "
+         "temporary `state.pt` a killed save left.")
+        for entry in [*(self.path / JOURNAL).glob('*'), *self.path.glob(STATE_FILE + '*.tmp')]: entry.unlink()
         kept = {info['file'] for info in state['arrays'].values()}
         for f in self.path.glob('*.npy'):
             if f.name not in kept: f.unlink()
