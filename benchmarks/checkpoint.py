@@ -147,21 +147,22 @@ def mb(b:float) -> str: return f"{b / 1e6:,.0f} MB" if b >= 1e6 else f"{b / 1e6:
 
 
 def table(rows:list) -> str:
-    "The measurements as a markdown table, with the goals' ratios."
-    head = ("| buffer | ring | data | save (first) | save peak / data | +5k save | +5k bytes | old save | +5k / old | "
-            "old peak / data | load | load peak / data | old load | sample 256 | add | sample disk / mem |")
-    lines = [head, '|' + '---|' * 2 + '--:|' * (head.count('|') - 3)]
+    "The measurements as two markdown tables (saves; loads and calls), with the goals' ratios."
     memory = {(r['kind'], r['size']): r for r in rows if r['storage'] == 'memory'}
+    saves = ["| buffer | ring | data | save | peak / data | +5k save | +5k bytes | old save | +5k / old | old peak |",
+             '|---|---|' + '--:|' * 8]
+    loads = ["| buffer | ring | load | peak / data | old load | sample 256 | add | sample disk / memory |",
+             '|---|---|' + '--:|' * 6]
     for r in rows:
-        ref = memory.get((r['kind'], r['size']))
+        name, ref = f"{LABELS[r['kind']]} {r['size']:,} | {r['storage']}", memory.get((r['kind'], r['size']))
+        saves.append(f"| {name} | {mb(r['data'])} | {r['save_s']:.2f} s | {r['save_peak'] / r['data']:.3f} | "
+                     f"{r['inc_s']:.2f} s | {mb(r['inc_bytes'])} | {r['old_s']:.2f} s | "
+                     f"{r['inc_s'] / r['old_s']:.3f} | {r['old_peak'] / r['data']:.2f} |")
         ratio = f"{r['sample_us'] / ref['sample_us']:.2f}" if r['storage'] == 'disk' and ref else ''
         old_load = f"{r['old_load_s']:.2f} s" if 'old_load_s' in r else ''
-        lines.append(f"| {LABELS[r['kind']]} {r['size']:,} | {r['storage']} | {mb(r['data'])} | {r['save_s']:.2f} s | "
-                     f"{r['save_peak'] / r['data']:.3f} | {r['inc_s']:.3f} s | {mb(r['inc_bytes'])} | "
-                     f"{r['old_s']:.2f} s | {r['inc_s'] / r['old_s']:.3f} | {r['old_peak'] / r['data']:.2f} | "
-                     f"{r['load_s']:.3f} s | {r['load_peak'] / r['data']:.3f} | {old_load} | "
+        loads.append(f"| {name} | {r['load_s']:.3f} s | {r['load_peak'] / r['data']:.3f} | {old_load} | "
                      f"{r['sample_us']:.0f} µs | {r['add_us']:.1f} µs | {ratio} |")
-    return '\n'.join(lines)
+    return '\n'.join(saves) + '\n\n' + '\n'.join(loads)
 
 
 def goals(rows:list) -> str:
@@ -188,6 +189,7 @@ def main():
     p.add_argument('--dir', default='checkpoint_bench', help='where the buffers are saved (deleted after each)')
     p.add_argument('--quick', action='store_true', help='sizes 10^4 only (a smoke run)')
     p.add_argument('--json', help='also write the measurements to this file')
+    p.add_argument('--table', help='print the tables of measurements a --json run wrote, and run nothing')
     p.add_argument('--child', nargs=5, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -195,6 +197,9 @@ def main():
         torch.set_num_threads(1)
         out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d))
         print(json.dumps(out)); return
+    if a.table:
+        rows = json.loads(Path(a.table).read_text())
+        print(table(rows)); print(); print(goals(rows)); return
     if a.quick: a.sizes, a.disk_sizes, a.atari_sizes = [10_000], [], [10_000]
     plan = [(k, n, s) for k in a.kinds for n in (a.atari_sizes if k == 'atari' else a.sizes)
             for s in ('memory', 'disk')]

@@ -173,23 +173,25 @@ def test_frame_storage_round_trip_and_not_into_a_ring(tmp_path):
 
 # ---------------------------------------------------------------- incremental saves
 
-ops = st.lists(st.one_of(st.tuples(st.just('add'), st.integers(1, 130)), st.tuples(st.just('save'), st.just(0)),
-                         st.tuples(st.just('sample'), st.just(0))), min_size=1, max_size=14)
+ops = st.lists(st.one_of(st.tuples(st.just('add'), st.integers(1, 130)),
+                         st.tuples(st.sampled_from(['save', 'sample', 'reload']), st.just(0))), min_size=1, max_size=14)
 
 
 @settings(max_examples=100, deadline=None, database=None)
 @given(ops=ops, kind=st.sampled_from(list(KINDS)), on_disk=st.booleans())
 def test_incremental_saves_equal_full_saves(tmp_path_factory, ops, kind, on_disk):
-    """After any sequence of adds, draws and saves to one directory (chunks of 7 rows, so saves write some chunks and
-    not others), the directory holds what a full save of the same buffer holds, and loads into the same buffer."""
+    """After any sequence of adds, draws, saves to one directory (chunks of 7 rows, so saves write some chunks and
+    not others) and reloads (a save, then a load of it into the same buffer: on disk it maps its own files again), the
+    buffer is the one that only added and drew, and the directory holds what a full save of it holds."""
     d = tmp_path_factory.mktemp('inc')
     with patch.object(store, 'CHUNK_BYTES', 7 * 64):   # 7 rows of 64 bytes (the packed record here)
-        buf, n = make(kind, 100, d / 'live' if on_disk else None), 0
-        assert buf.storage.rows is None
+        buf, ref, n = make(kind, 100, d / 'live' if on_disk else None), make(kind, 100), 0
         for op, k in ops + [('save', 0)]:
-            if op == 'add': fill(buf, n, k); n += k
-            elif op == 'sample' and n >= buf.bs: buf.sample()
-            elif op == 'save': buf.save(d / 'live')
+            if op == 'add': fill(buf, n, k); fill(ref, n, k); n += k
+            elif op == 'sample' and n >= buf.bs: buf.sample(); ref.sample()
+            elif op in ('save', 'reload'): buf.save(d / 'live')
+            if op == 'reload': buf.load(d / 'live')
+        assert_same(buf, ref, draws=0)
         assert n == 0 or chunk_rows(buf.storage.rows) == 7
         full = copy.deepcopy(buf) if n and not on_disk else None
         if full is not None:
@@ -199,6 +201,7 @@ def test_incremental_saves_equal_full_saves(tmp_path_factory, ops, kind, on_disk
         fresh = make(kind, 100, seed=1)
         fresh.load(d / 'live')
         check_holds(fresh, n, priorities=all(op != 'sample' for op, _ in ops))
+        if on_disk and n: assert Path(buf.storage.rows.filename).name in files(d / 'live')
         assert_same(buf, fresh, draws=3 if n >= buf.bs else 0)
         assert not list((d / 'live' / JOURNAL).glob('*'))
 
@@ -385,6 +388,7 @@ def test_killed_mid_save_leaves_one_save(tmp_path, storage):
         n = fresh.storage.n_added
         assert n in saves and n >= last and np.searchsorted(saves, n) <= np.searchsorted(saves, last) + 1, (n, last)
         check_storage(fresh, n)
+        assert not list(d.glob('*.tmp')) and not list((d / JOURNAL).glob('*')), sorted(os.listdir(d))   # tidied
         fresh.sample()
         del fresh
         shutil.rmtree(d)
