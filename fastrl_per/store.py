@@ -4,15 +4,16 @@
 
 # %% ../nbs/03a_store.ipynb #4cfcb91c
 from __future__ import annotations
-import os, uuid
+import mmap, os, uuid
 from pathlib import Path
 import numpy as np
 import torch
 from .checks import save_atomically
 
 # %% auto #0
-__all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at', 'write_npy',
-           'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'save_arrays', 'load_arrays']
+__all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
+           'random_access', 'write_npy', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'save_arrays',
+           'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -45,6 +46,13 @@ def write_at(path, rows:np.ndarray, start:int):
         data = memoryview(np.ascontiguousarray(rows)).cast('B')
         os.pwrite(f.fileno(), data, npy_offset(path) + start * rows[:1].nbytes)
         os.fsync(f.fileno())
+
+def random_access(a:np.memmap) -> np.memmap:
+    ("`a`, its map advised that reads are random (no read-ahead): a sampled row then costs the pages it spans, where "
+     "read-ahead would fetch many more (measured: 32 rows of 14 KB from a 28 GB file not in the page cache, 8 ms "
+     "against 158 ms). numpy keeps the map as `_mmap` and has no call of its own for this.")
+    if a.size: a._mmap.madvise(mmap.MADV_RANDOM)
+    return a
 
 def write_npy(path, a:np.ndarray):
     "Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it)."
@@ -112,7 +120,7 @@ class SavedArrays:
          "naming the file if one is missing or not an array.")
         arrays = {}
         for n, info in state['arrays'].items():
-            try: arrays[n] = np.load(self.path / info['file'], mmap_mode=mode)
+            try: arrays[n] = random_access(np.load(self.path / info['file'], mmap_mode=mode))
             except (OSError, ValueError) as e:
                 raise ValueError(f"saved buffer at {str(self.path)!r}: array {n!r} ({info['file']}) "
                                  f"unreadable: {e}") from e
@@ -146,7 +154,7 @@ class DiskArrays:
     def zeros(self, name:str, shape:tuple, dtype) -> np.memmap:
         "A new zeroed array `name` in a file of its own (sparse: disk is used as rows are written)."
         self.path.mkdir(parents=True, exist_ok=True)
-        return np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape)
+        return random_access(np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape))
 
     def copy(self, name:str, a:np.ndarray) -> np.memmap:
         "A new array `name` in a file of its own holding what `a` holds."
