@@ -99,13 +99,14 @@ class SavedArrays:
             target = self.path / state['arrays'][name]['file']
             rows = np.load(entry)
             write_at(target, rows, int(c) * chunk_rows(rows))
-        self.tidy(state)
+        self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
 
-    def tidy(self, state:dict):
-        ("Remove the journal, every array file `state` does not name (left by an older save or a crash) and the "
-         "temporary `state.pt` a killed save left.")
+    def tidy(self, state:dict|None=None):
+        ("Remove the journal and the temporary `state.pt` a killed save left; with `state`, also every array file it "
+         "does not name (left by an older save, a crash, or a storage living here that saves no more).")
         for entry in [*(self.path / JOURNAL).glob('*'), *self.path.glob(STATE_FILE + '*.tmp')]: entry.unlink()
+        if state is None: return
         kept = {info['file'] for info in state['arrays'].values()}
         for f in self.path.glob('*.npy'):
             if f.name not in kept: f.unlink()

@@ -140,6 +140,19 @@ def test_disk_storage_taking_over_other_rows_keeps_its_last_save(tmp_path):
         check_holds(fresh, 40)
 
 
+def test_refused_load_from_its_own_directory_keeps_the_live_file(tmp_path):
+    """A storage on disk whose directory holds another buffer's save (of another size) refuses to load it and keeps
+    its rows: loading used to tidy its live file away first, and its next save then named a missing file."""
+    other = make('uniform', 40); fill(other, 0, 30); other.save(tmp_path)
+    buf = make('uniform', 50, tmp_path); fill(buf, 100, 20)
+    with pytest.raises(ValueError, match='max_sz 40'): buf.load(tmp_path)
+    assert Path(buf.storage.rows.filename).exists()
+    check_holds_from(buf, 100, 20)
+    buf.save(tmp_path)
+    fresh = make('uniform', 50); fresh.load(tmp_path)
+    check_holds_from(fresh, 100, 20)
+
+
 def test_disk_storage_through_a_symlink(tmp_path):
     "A storage whose directory is reached through a symlink keeps its live file there and saves in place."
     (tmp_path / 'real').mkdir(); (tmp_path / 'link').symlink_to(tmp_path / 'real')
