@@ -8,12 +8,11 @@ import mmap, os, uuid
 from pathlib import Path
 import numpy as np
 import torch
-from .checks import save_atomically
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'save_arrays',
-           'load_arrays']
+           'random_access', 'write_npy', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
+           'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -60,6 +59,12 @@ def write_npy(path, a:np.ndarray):
         np.save(f, a)
         f.flush(); os.fsync(f.fileno())
 
+def sync_dir(path):
+    "Make what happened to the entries of the directory `path` (files created, renamed, removed) durable."
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
 # %% ../nbs/03a_store.ipynb #3e263053
 class SavedArrays:
     ("A directory holding one saved buffer: `state.pt` (its small state, naming its arrays' files), each array as an "
@@ -82,13 +87,15 @@ class SavedArrays:
         ("Copy the `chunks` of array `name` as save `save_id` holds them (`a`: its file, memory-mapped) into the "
          "journal, each synced, before the caller changes them; a chunk already there is kept.")
         (self.path / JOURNAL).mkdir(exist_ok=True)
-        rows = chunk_rows(a)
+        rows, wrote = chunk_rows(a), False
         for c in chunks:
             entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c)}.npy'
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
             write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
             os.replace(tmp, entry)
+            wrote = True
+        if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
 
     def recover(self) -> dict|None:
         "Put back what the journal holds for the last save, so its arrays are as saved; return its state (or None)."
@@ -112,8 +119,16 @@ class SavedArrays:
             if f.name not in kept: f.unlink()
 
     def commit(self, state:dict):
-        "Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up."
-        save_atomically(state, self.path / STATE_FILE)
+        ("Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up. Durably "
+         "too: the arrays' new files are in the directory, and `state.pt` on disk, before the rename that commits.")
+        sync_dir(self.path)
+        tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
+        try:
+            with open(tmp, 'wb') as f:
+                torch.save(state, f); f.flush(); os.fsync(f.fileno())
+            os.replace(tmp, self.path / STATE_FILE)
+        finally: tmp.unlink(missing_ok=True)
+        sync_dir(self.path)
         self.tidy(state)
 
     def open(self, state:dict, mode:str='r') -> dict:
