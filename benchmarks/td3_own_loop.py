@@ -4,6 +4,7 @@
 Run from the repository root:
 
     python benchmarks/td3_own_loop.py                  # seeds 0 1 2, both buffers, 20,000 env steps
+    python benchmarks/td3_own_loop.py --replays uniform proportional lap   # LAP beside them (its Huber critics)
     python benchmarks/td3_own_loop.py --env-steps 3000 --seeds 0   # a smoke run
     python benchmarks/td3_own_loop.py --peers          # the loop's buffer lines in cpprb and torchrl: run and counted
 
@@ -23,6 +24,7 @@ import argparse, inspect, time
 import numpy as np
 import torch
 from fastrl_per.td3 import td3
+from fastrl_per.priorities import KINDS
 
 GOAL = -200.
 
@@ -98,17 +100,19 @@ def main(argv=None):
     ap.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     ap.add_argument('--env-steps', type=int, default=20_000)
     ap.add_argument('--eval-every', type=int, default=1_000)
+    ap.add_argument('--replays', nargs='+', default=['proportional', 'uniform'], choices=['uniform', *KINDS],
+                    help="the buffers: 'uniform', or a prioritized one of each kind named")
     ap.add_argument('--peers', action='store_true', help="only run and count the loop's buffer lines in each library")
     args = ap.parse_args(argv)
     if args.peers: return peers()
     torch.set_num_threads(1)
     rows = []
     for seed in args.seeds:
-        for prioritized in (True, False):
+        for kind in args.replays:
             t0 = time.process_time()
-            curve = td3(env_steps=args.env_steps, prioritized=prioritized, seed=seed, eval_every=args.eval_every)
+            replay = dict(prioritized=False) if kind == 'uniform' else dict(prioritization=kind)
+            curve = td3(env_steps=args.env_steps, seed=seed, eval_every=args.eval_every, **replay)
             reached = next((s for s, r in curve if r >= GOAL), None)
-            kind = 'prioritized' if prioritized else 'uniform'
             rows.append((seed, kind, reached, max(r for _, r in curve), curve[-1][1], time.process_time() - t0))
             print(f'# seed {seed} {rows[-1][1]}: ' + ' '.join(f'{s}:{r:.0f}' for s, r in curve), flush=True)
     print(f'\n## TD3 on Pendulum-v1, {args.env_steps:,} env steps, greedy mean return over 10 episodes '
@@ -118,7 +122,7 @@ def main(argv=None):
     for seed, kind, reached, best, last, cpu in rows:
         at = '—' if reached is None else f'{reached:,}'
         print(f'| {seed} | {kind} | {at} | {best:.1f} | {last:.1f} | {cpu:.0f} |')
-    for kind in ('prioritized', 'uniform'):
+    for kind in args.replays:
         ok = [r for r in rows if r[1] == kind and r[2] is not None]
         print(f'\n{kind}: reached the goal on {len(ok)} of {len(args.seeds)} seeds')
 

@@ -17,6 +17,7 @@ from .nstep import NStepTransitions, check_gamma
 from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .priorities import feedback_arrays, annealed_beta, check_weight_norm, EPS
+from .priorities import KINDS, PRIORITIZATION, kind_class, kind_settings
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
@@ -25,9 +26,9 @@ from .learner import CHECKPOINT_VERSION, torch_threads
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'ReplayServer', 'require_ray', 'ray_get', 'where', 'ReplayLost',
-           'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards', 'ReplayClient',
-           'check_apex_args', 'ApexRun', 'Batches']
+__all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardable', 'ReplayServer', 'require_ray', 'ray_get', 'where',
+           'ReplayLost', 'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards',
+           'ReplayClient', 'check_apex_args', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
@@ -44,22 +45,27 @@ def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model
         return td_target(batch, model if target_model is None else target_model, gamma) - q
 
 # %% ../nbs/13_apex.ipynb #e2fc6e16
+def shardable(prioritization):
+    ("`prioritization` (a kind's name or class) if Ape-X can split its kind over replay shards; a `ValueError` naming "
+     "it and the kinds that can otherwise.")
+    kind = kind_class(prioritization)
+    if not kind.shardable:
+        raise ValueError(f"Ape-X draws across replay shards by their total priority and rescales the weights by their "
+                         f"least, which the {kind.name!r} kind does not offer: use one of "
+                         f"{[name for name, k in KINDS.items() if k.shardable]}")
+    return prioritization
+
 class ReplayServer:
     "One `PrioritizedReplayBuffer` behind the methods a replay actor (one shard of the replay) serves."
-    def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float=0.6, beta:float=0.4, eps:float=EPS,
-                 seed:int|None=None):
+    def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float|None=None, beta:float|None=None, eps:float=EPS,
+                 seed:int|None=None, prioritization=PRIORITIZATION): # alpha, beta None: the kind's defaults
         # weights divided by the shard's least priority's: `join_shards` rescales them across shards
         self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
-                                              weight_norm='buffer')
+                                              prioritization=shardable(prioritization), weight_norm='buffer')
 
     def add(self, batch:SimpleStep, td_errors:torch.Tensor) -> int:
         "Store `batch` with priorities |`td_errors`| + eps; the number of transitions ever added."
-        # one finite error per transition, checked before anything is stored
-        _, td = feedback_arrays(np.arange(len(batch)), td_errors)
-        with self.buffer.lock:
-            slots = self.buffer.add(batch)
-            # a batch longer than the ring keeps its last rows
-            self.buffer.prioritizer.update(slots, td[len(td) - len(slots):], written=True)
+        self.buffer.add_prioritized(batch, td_errors)
         return self.buffer.storage.n_added
 
     def draw(self, counts) -> dict:
@@ -71,7 +77,7 @@ class ReplayServer:
 
     def totals(self) -> dict:
         "What the learner needs to sample across shards: the total and least priority leaf (p ** alpha), size, beta."
-        tree = self.buffer.prioritizer.tree
+        tree = self.buffer.tree   # a shardable kind's: its total and least leaf
         return dict(total=float(tree.total), least=float(tree.min) if len(self.buffer) else math.inf,
                     size=len(self.buffer), beta=self.buffer.beta)
 
@@ -325,8 +331,10 @@ class ApexRun(Stateful):
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
                  bs:int=64, # batch size
                  lr:float=5e-4, # Adam learning rate
-                 alpha:float=0.6, # prioritization exponent
-                 beta:float=0.4, # importance-sampling exponent at the start
+                 alpha:float|None=None, # prioritization exponent; none: the kind's default
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
+                 # a kind Ape-X can split over its replay shards (`shardable`): a name in `KINDS` or a class
+                 prioritization:str|type=PRIORITIZATION,
                  tau:float=0.02, # soft target update rate per update
                  eps_end:float=0.01, # a single actor's exploration after the decay
                  eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
@@ -350,6 +358,7 @@ class ApexRun(Stateful):
                  replay_node:str|None=None, # Ray node id of the replay shards (default: the learner's node)
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         args = learner_config(ApexRun.__init__, locals())
+        args.update(kind_settings(shardable(prioritization), alpha, beta))   # the config names the values it uses
         self.config = {k: v for k, v in args.items() if k not in DEPLOYMENT}
         self.deployment = {k: args[k] for k in DEPLOYMENT}
         check_apex_args(args)
@@ -359,7 +368,8 @@ class ApexRun(Stateful):
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
-        self.replay = ReplayClient(beta, timeout, self.capacity, replay_shards, args['weight_norm'])
+        self.kind = prioritization   # what the shards are made with (the config names it)
+        self.replay = ReplayClient(args['beta'], timeout, self.capacity, replay_shards, args['weight_norm'])
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
         self.shard_rng = np.random.default_rng(args['seed'])   # which shard each sampled transition comes from
         self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
@@ -388,8 +398,8 @@ class ApexRun(Stateful):
     def new_shards(self) -> list[ReplayServer]:
         "The run's empty replay shards, in this process: shard k seeded with seed + k."
         c = self.config
-        return [ReplayServer(self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
-                for k in range(c['replay_shards'])]
+        return [ReplayServer(self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k,
+                             self.kind) for k in range(c['replay_shards'])]
 
     @property
     def updates(self) -> int:
@@ -429,7 +439,7 @@ class ApexRun(Stateful):
         all run."""
         c, d, n = self.config, self.deployment, len(self.epsilons)
         servers = [ray.remote(ReplayServer).options(num_cpus=d['replay_cpus'], scheduling_strategy=beside).remote(
-            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k)
+            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k, self.kind)
                    for k in range(c['replay_shards'])]
         self.replay.connect(servers)
         for k, (s, state) in enumerate(zip(servers, self.replay_state)):

@@ -9,7 +9,7 @@ from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
 from .factories import learner_classes
-from .priorities import PRIORITIZATIONS
+from .priorities import KINDS
 from .atari import ID_DEFAULTS
 from .apex import ApexRun
 
@@ -45,7 +45,7 @@ def choices(name:str, hint) -> tuple:
     ("The values argument `name` takes where they are a closed set, else (): the models, the prioritization kinds "
      "(both registered by name), or those of a `Literal` hint.")
     if name == 'model': return tuple(learner_classes())
-    if name == 'prioritization': return tuple(PRIORITIZATIONS)
+    if name == 'prioritization': return tuple(KINDS)
     literal = [h for h in (hint, *typing.get_args(hint)) if typing.get_origin(h) is typing.Literal]
     return typing.get_args(literal[0]) if literal else ()
 

@@ -4,9 +4,10 @@
 
 # %% ../nbs/15_cliffwalk.ipynb #9a5cfb53
 from __future__ import annotations
+import functools
 import numpy as np
 from numba import njit
-from .priorities import Priorities
+from .priorities import Priorities, RankHeap, PRIORITIZATION
 from .checks import check_int
 
 # %% auto #0
@@ -129,10 +130,9 @@ def replay_uniform(walk:Cliffwalk, chunk:int=4096):
     "Uniform replay: rows drawn uniformly, with replacement."
     while not walk.replay(walk.rng.integers(walk.size, size=chunk))[1]: pass
 
-def replay_prioritized(walk:Cliffwalk, prioritization:str='proportional', segments:int=32):
+def replay_prioritized(walk:Cliffwalk, prioritization=PRIORITIZATION): # a kind's name or class (see `Priorities`)
     "The library's `Priorities` core: one row a draw, its |TD error| fed back; rows enter at max priority."
-    segments = segments if prioritization == 'rank' else None
-    core = Priorities(walk.size, beta=0., prioritization=prioritization, segments=segments)
+    core = Priorities(walk.size, beta=0., prioritization=prioritization)
     core.add(0, walk.size)
     while True:
         keys, _ = core.draw(walk.rng, 1)
@@ -161,7 +161,8 @@ def replay_oracle(walk:Cliffwalk):
         if walk.replay(rows[[np.argmin(walk.sse_after(s, a, deltas))]])[1]: return
 
 METHODS = dict(uniform=replay_uniform, proportional=replay_prioritized,
-               rank=lambda walk: replay_prioritized(walk, 'rank'), greedy=replay_greedy, oracle=replay_oracle)
+               rank=functools.partial(replay_prioritized, prioritization=functools.partial(RankHeap, segments=32)),
+               greedy=replay_greedy, oracle=replay_oracle)
 
 def updates_to_learn(n:int, method:str, seed:int=0, linear:bool=False) -> int:
     "Updates `method` needs until the MSE of the Q values to Q* of the `n`-state Cliffwalk is below 1e-3."

@@ -15,7 +15,7 @@ from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .priorities import kind_defaults, check_weight_norm
+from .priorities import kind_settings, check_weight_norm, PRIORITIZATION
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import dqn_args, learner_config
 from .state import Stateful
@@ -60,7 +60,7 @@ def check_learner_args(c:dict):
     "Raise a `ValueError` naming the first of the `Learner` arguments in `c` (its config) that it does not take."
     if c['replay'] not in ('per', 'uniform'):
         raise ValueError(f"replay must be 'per' or 'uniform', got {c['replay']!r}")
-    if c['replay'] == 'uniform' and c['prioritization'] != 'proportional':
+    if c['replay'] == 'uniform' and c['prioritization'] != PRIORITIZATION:
         raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
     check_weight_norm(c['weight_norm'])
     if c['collector'] not in (None, 'process', 'thread'):
@@ -124,8 +124,8 @@ class Learner(Stateful):
                  lr:float=5e-4, # Adam learning rate
                  # learning rate reached linearly by the last planned step (None: constant)
                  lr_end:float|None=None,
-                 alpha:float|None=None, # prioritization exponent; none: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # prioritization exponent; none: the kind's default
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
                  target_every:int|None=None, # hard target updates every this many updates (replaces tau)
                  tau:float|None=0.01, # soft target update rate per update
                  eps_decay_steps:int=5_000, # env steps of linear epsilon decay
@@ -138,11 +138,12 @@ class Learner(Stateful):
                  # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
                  collector:Literal['process', 'thread']|None=None,
                  publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 prioritization:str='proportional', # replay 'per' only: 'proportional' (|td| + eps) or 'rank'
+                 # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
+                 prioritization:str|type=PRIORITIZATION,
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         self.config = c = learner_config(Learner.__init__, locals())
         check_learner_args(c)
-        c['alpha'], c['beta'] = kind_defaults(prioritization, alpha, beta)   # the run's config names the values it uses
+        c.update(kind_settings(prioritization, alpha, beta))   # the run's config names the values it uses
         obs, n_actions, grid, frames, one_hot = observations(env_id, collector)
         self.replay_nbytes = check_fits(self.storage_nbytes(obs, c['max_sz'], frames, one_hot), c['max_sz'])
         torch.manual_seed(c['seed'])

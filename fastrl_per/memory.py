@@ -665,9 +665,15 @@ class ReplayBuffer(BufferCore):
                           td_errors): # one TD error per slot, (B,) or (B, 1), torch or numpy
         ("Check `idxs` and `td_errors` as a prioritized buffer does (a `ValueError` names what is wrong) and keep "
          "nothing: uniform replay has no priorities, so a loop can swap the buffer classes and change nothing else.")
-        with self.lock:
-            drawn, slots = self._drawn
-            feedback_arrays(slots if idxs is drawn else idxs, td_errors, stored=self.storage.sz, column=True)
+        with self.lock: self._feedback(idxs, td_errors)
+
+    def _feedback(self, idxs, td_errors) -> tuple:
+        ("The slots and TD errors of an `update_priorities` call (the lock held), checked, as int64 and float64 arrays "
+         "(the last batch's idxs come back as their host copy, even from a GPU); the bookkeeping caught up first.")
+        drawn, slots = self._drawn
+        idxs, td = feedback_arrays(slots if idxs is drawn else idxs, td_errors, stored=self.storage.sz, column=True)
+        if self._unhooked: self.flush()
+        return idxs, td
 
     def anneal_beta(self,
                     fraction:float, # training progress: at least 0, past 1 holds `final`

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import numpy as np
 from .memory import ReplayBuffer, ExperienceReplay
-from .priorities import Priorities, PriorityKnobs, feedback_arrays, EPS, WEIGHT_NORM
+from .priorities import Priorities, PriorityKnobs, feedback_arrays, EPS, WEIGHT_NORM, PRIORITIZATION
 
 # %% auto #0
 __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
@@ -14,17 +14,17 @@ __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
 # %% ../nbs/05_per.ipynb #1d083604
 class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     ("A `ReplayBuffer` (its storage, trackers, files) plus a `Priorities` core keyed by slot: "
-     "drawn in proportion to priority.")
+     "drawn by its kind of prioritization.")
     schema_version = 2
 
     def __init__(self,
                  max_sz:int|None=None, # transitions kept, the oldest overwritten first; None: the storage's, or 100
                  bs:int=1, # default batch size of `sample`
-                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's
                  eps:float=EPS, # added to every |TD error| so each transition stays drawable
                  seed:int|None=None, # seeds the sampler
-                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
                  storage=None, # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
                  weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
@@ -45,7 +45,7 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     sampled_at = property(lambda self: self.prioritizer.sampled_at,
                           doc="`writes` of each slot when it was last sampled (-1: never).")
 
-    # What prioritization changes in the buffer: new steps enter at the largest priority, the draw is proportional,
+    # What prioritization changes in the buffer: new steps enter at the largest priority, the draw is the kind's,
     # and slots the storage cannot rebuild (a `FrameStorage`'s that lost a frame) leave the draw
     def _written(self, start, n):
         self._core.add(start, n)
@@ -60,11 +60,19 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
                           td_errors): # signed TD error per slot, (B,) or (B, 1), torch or numpy; its magnitude is kept
         ("Store `|td| + eps` as the priority of each slot in `idxs` "
          "(the last of repeated slots wins; stale updates are dropped).")
-        with self.lock:   # held here rather than by @locked, as in `sample`
-            drawn, slots = self._drawn   # the last batch's idxs come back: their host copy, even from a GPU
-            idxs, td = feedback_arrays(slots if idxs is drawn else idxs, td_errors, stored=self.storage.sz, column=True)
-            if self._unhooked: self.flush()
-            self._core.update(idxs, td)
+        with self.lock: self._core.update(*self._feedback(idxs, td_errors))   # the lock: as in `sample`
+
+    def add_prioritized(self,
+                        steps, # a `SimpleStep` batch (or a list of steps)
+                        td_errors): # one finite TD error per step, checked before anything is stored
+        ("Store `steps` with the priorities |td| + eps of their `td_errors` (Ape-X's actors send them) instead of "
+         "`max_priority`; the slots written (a batch longer than the ring keeps its last rows).")
+        _, td = feedback_arrays(np.arange(len(steps)), td_errors)
+        with self.lock:
+            slots = self.add(steps)
+            self.flush()   # the new slots are in the core before their priorities are set
+            self._core.update(slots, td[len(td) - len(slots):], written=True)
+        return slots
 
     # The state: the ring's, plus the core's at the written slots
     def state_dict(self, columns:bool=True) -> dict:
@@ -85,8 +93,8 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
                  bs:int=1, # batch size of each yielded sample
                  max_sz:int=100, # transitions kept
-                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's
                  eps:float=EPS, # added to every |TD error|
                  return_idxs:bool=False, # yield `(batch, idxs)` instead of the batch
                  seed:int|None=None, # seeds the sampler
@@ -94,7 +102,7 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  repeats:int=1, # batches sampled each round
                  warmup:int|None=None, # steps stored before the first sample; None: bs
                  buffer:PrioritizedReplayBuffer|None=None, # an existing buffer core to wrap instead of a new one
-                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,
                                                             seed=seed, prioritization=prioritization,

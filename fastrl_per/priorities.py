@@ -4,7 +4,8 @@
 
 # %% ../nbs/04b_priorities.ipynb #a5b81084
 from __future__ import annotations
-import math
+import functools, math
+from types import MappingProxyType
 import numpy as np
 import torch
 from numba import njit
@@ -13,9 +14,9 @@ from .checks import check_int, check_number
 from .state import check_keys
 
 # %% auto #0
-__all__ = ['EPS', 'WEIGHT_NORM', 'WEIGHT_NORMS', 'PRIORITIZATIONS', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta',
-           'check_weight_norm', 'RankHeap', 'kind_defaults', 'Priorities', 'feedback_arrays', 'check_tensor',
-           'PriorityKnobs']
+__all__ = ['EPS', 'WEIGHT_NORM', 'WEIGHT_NORMS', 'KINDS', 'PRIORITIZATION', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta',
+           'check_weight_norm', 'PriorityKind', 'Proportional', 'RankHeap', 'LAP', 'kind_class', 'kind_defaults',
+           'kind_settings', 'Priorities', 'feedback_arrays', 'check_tensor', 'PriorityKnobs']
 
 # %% ../nbs/04b_priorities.ipynb #207a63ed
 def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
@@ -35,6 +36,65 @@ def check_weight_norm(value, name:str='weight_norm') -> str:
     if not isinstance(value, str) or value not in WEIGHT_NORMS:
         raise ValueError(f"{name} must be one of {list(WEIGHT_NORMS)}, got {value!r}")
     return value
+
+# %% ../nbs/04b_priorities.ipynb #f488ffd6
+class PriorityKind:
+    """A prioritization kind, written once. The `Priorities` core keeps what every kind shares (each key's raw
+    priority |td| + eps, alpha, beta, `max_priority`, the stale rule, the state); a kind keeps one leaf per int key,
+    made from the key's raw priority by `leaves` (0: out of the draw), and draws batches of keys with their importance
+    weights. A kind is made as `Kind(capacity, **options)` and named in `KINDS`; every buffer takes a name or a kind
+    class (a `functools.partial` of one for its options). Subclass it: set the class attributes and write what
+    raises `NotImplementedError`; `leaves` and the state have defaults."""
+    name:str|None = None       # how states, configs and messages name the kind (its key in `KINDS`)
+    alpha:float|None = None    # its default alpha
+    beta:float|None = None     # its default beta at the start of training
+    shardable:bool = False     # Ape-X can split it over replay shards (it then has a `SumTree`'s `total` and `min`)
+    huber:bool = False         # its draw is made for a Huber loss of kappa 1 on the TD error (a learner's loss follows)
+
+    def leaves(self, prios:np.ndarray, alpha:float) -> np.ndarray:
+        "The leaf of each raw priority in `prios` (float64, > 0) under `alpha`, nondecreasing in it: here p ** alpha."
+        return prios ** alpha
+    def update_unchecked(self, keys:np.ndarray, leaves:np.ndarray):
+        "Set the leaves of int64 `keys` in [0, capacity) to finite `leaves` >= 0, in call order (the last repeat wins)."
+        raise NotImplementedError
+    def set_range_unchecked(self, start:int, leaves:np.ndarray):
+        "Keys `start`, `start + 1`, ... (inside the capacity) hold new items with `leaves`."
+        raise NotImplementedError
+    def __getitem__(self, keys):
+        "The leaves at `keys` (an int, a slice or an int array), as a copy."
+        raise NotImplementedError
+    def draw(self, rng:np.random.Generator, bs:int, alpha:float, beta:float, weight_norm:str) -> tuple:
+        "`bs` int64 keys of positive leaf, drawn with `rng` (repeats allowed), and their float32 importance weights."
+        raise NotImplementedError
+    def state_dict(self, keys:np.ndarray) -> dict:
+        "What the kind keeps of `keys` besides their leaves (the core re-lays those), as plain values or tensors."
+        return {}
+    def load_state_dict(self, state:dict, keys:np.ndarray):
+        "Put a `state_dict` back at `keys` (where the saved keys land, in order), once the leaves are re-laid."
+
+class Proportional(PriorityKind):
+    "Proportional prioritization: leaves p ** alpha in a `SumTree`, a stratified draw, weights (N P) ** -beta."
+    name, alpha, beta, shardable = 'proportional', 0.6, 0.4, True   # alpha and beta: the paper's Atari ones
+
+    def __init__(self, capacity:int): self.sums = SumTree(capacity)
+    def __repr__(self): return f"{type(self).__name__}({self.sums!r})"
+    def __getitem__(self, keys): return self.sums[keys]
+    total = property(lambda self: self.sums.total, doc="The sum of the leaves: what the draw is proportional to.")
+    min = property(lambda self: self.sums.min, doc="The smallest positive leaf (`inf` if none).")
+    def update_unchecked(self, keys, leaves): self.sums.update_unchecked(keys, leaves)
+    def set_range_unchecked(self, start, leaves): self.sums.set_range_unchecked(start, leaves)
+
+    def find(self, rng:np.random.Generator, bs:int) -> tuple:
+        "`bs` keys, one from each of `bs` equal segments of the total, and their leaves."
+        total = self.sums.total
+        if not (math.isfinite(total) and total > 0):
+            raise ValueError(f"the total priority must be positive and finite, got {total!r}")
+        return self.sums.find_unchecked((np.arange(bs) + rng.random(bs)) * (total / bs))
+
+    def draw(self, rng, bs, alpha, beta, weight_norm):
+        keys, leaves = self.find(rng, bs)
+        least = leaves.min() if weight_norm == 'batch' else self.sums.min   # the leaf of the largest weight
+        return keys, ((leaves / least) ** -beta).astype(np.float32)        # = (N·P(i))^-β / (N·P_least)^-β
 
 # %% ../nbs/04b_priorities.ipynb #b5ab7919
 @njit(cache=True)
@@ -82,19 +142,24 @@ def _heap_write(heap, pos, value, size, keys, values, fresh):
             _sift_down(heap, pos, value, _sift_up(heap, pos, value, j, fresh), size)
     return size
 
-class RankHeap:
-    "Keys of positive value in a binary max-heap whose array approximates the sort by value (rank = position + 1)."
+class RankHeap(PriorityKind):
+    ("Rank-based prioritization: keys of positive leaf in a binary max-heap whose array approximates the sort by value "
+     "(rank = position + 1), drawn by segments of equal probability.")
+    name, alpha, beta = 'rank', 0.7, 0.5   # the paper's Atari ones
+
     def __init__(self,
-                 capacity:int): # number of keys, ints in [0, capacity)
+                 capacity:int, # number of keys, ints in [0, capacity)
+                 segments:int|None=None): # strata of equal probability in a draw; None: the batch size
         check_int('capacity', capacity)
-        self.capacity, self.size = int(capacity), 0
+        if segments is not None: check_int('segments', segments)
+        self.capacity, self.size, self.n_segments = int(capacity), 0, segments
         self.heap = np.zeros(self.capacity, np.int64)     # heap[:size]: the keys, largest value first (approximately)
         self.pos = np.full(self.capacity, -1, np.int64)    # where each key sits in `heap`; -1: not in it
         self.value = np.zeros(self.capacity)               # each key's value (the core's p ** alpha); 0: not in it
         self.writes_since_sort = 0
         self._cum, self._bounds = None, ((), None)         # `segments`' caches: (alpha, cumsum), ((n, k, alpha), runs)
 
-    def __repr__(self): return f"RankHeap(capacity={self.capacity}, size={self.size})"
+    def __repr__(self): return f"RankHeap(capacity={self.capacity}, size={self.size}, segments={self.n_segments})"
     def __getitem__(self, idxs):
         "Values at `idxs`, as `SumTree` gives its leaves; always a copy."
         out = self.value[idxs]
@@ -136,69 +201,94 @@ class RankHeap:
             self._bounds = ((n, k, alpha), (starts, np.diff(np.append(starts, n))))
         return self._bounds[1]
 
-    def draw(self, rng:np.random.Generator, bs:int, alpha:float, beta:float, segments:int|None=None,
+    def draw(self, rng:np.random.Generator, bs:int, alpha:float, beta:float,
              weight_norm:str='buffer'): # weights divided by the largest the heap could give ('buffer') or the batch's
         "`bs` keys, the segments stratified and a position uniform within each, and their float32 importance weights."
         if self.size == 0: raise ValueError("nothing to draw: no key holds a positive priority")
-        starts, widths = self.segments(self.size, min(segments or bs, self.size), alpha)
+        starts, widths = self.segments(self.size, min(self.n_segments or bs, self.size), alpha)
         k = len(starts)
         seg = np.minimum(((np.arange(bs) + rng.random(bs)) * (k / bs)).astype(np.int64), k - 1)
         at = starts[seg] + np.minimum((rng.random(bs) * widths[seg]).astype(np.int64), widths[seg] - 1)
         top = widths[seg].max() if check_weight_norm(weight_norm) == 'batch' else widths.max()
         return self.heap[at], ((widths[seg] / top) ** beta).astype(np.float32)   # P = 1 / (k * width)
 
-# %% ../nbs/04b_priorities.ipynb #a0df6b81
-PRIORITIZATIONS = dict(proportional=dict(alpha=0.6, beta=0.4), rank=dict(alpha=0.7, beta=0.5))  # the paper's Atari ones
+    def load_state_dict(self, state:dict, keys):
+        "The heap's order is not saved: a loaded heap, re-laid from the priorities, restarts sorted."
+        self.sort()
 
-def kind_defaults(prioritization:str, alpha:float|None=None, beta:float|None=None) -> tuple:
-    "`alpha` and `beta`, each None replaced by the default of `prioritization` (a `ValueError` names a bad one)."
-    if prioritization not in PRIORITIZATIONS:
-        raise ValueError(f"prioritization must be one of {sorted(PRIORITIZATIONS)}, got {prioritization!r}")
-    defaults = PRIORITIZATIONS[prioritization]
-    return defaults['alpha'] if alpha is None else alpha, defaults['beta'] if beta is None else beta
+# %% ../nbs/04b_priorities.ipynb #95058783
+class LAP(Proportional):
+    """Loss-adjusted prioritization (Fujimoto, Meger & Precup, NeurIPS 2020): leaves max(p, 1) ** alpha in a `SumTree`,
+    drawn in proportion, importance weights all one; made for a Huber loss of kappa 1."""
+    name, alpha, beta, shardable, huber = 'lap', 0.4, 0., False, True   # alpha: the paper's; beta: unused
+
+    def leaves(self, prios, alpha): return np.maximum(prios, 1.) ** alpha
+    def draw(self, rng, bs, alpha, beta, weight_norm): return self.find(rng, bs)[0], np.ones(bs, np.float32)
+
+# %% ../nbs/04b_priorities.ipynb #a0df6b81
+KINDS = MappingProxyType(dict(proportional=Proportional, rank=RankHeap, lap=LAP))   # the registry: name -> kind
+PRIORITIZATION = 'proportional'   # the default kind
+
+def kind_class(prioritization) -> type:
+    ("The kind class `prioritization` names: a name in `KINDS`, a `PriorityKind` subclass, or a `functools.partial` "
+     "of one that adds options; a `ValueError` naming anything else.")
+    if isinstance(prioritization, str) and prioritization in KINDS: return KINDS[prioritization]
+    cls = prioritization.func if isinstance(prioritization, functools.partial) else prioritization
+    if isinstance(cls, type) and issubclass(cls, PriorityKind) and cls.name: return cls
+    raise ValueError(f"prioritization must be one of {sorted(KINDS)} or a named PriorityKind class, "
+                     f"got {prioritization!r}")
+
+def kind_defaults(prioritization, alpha:float|None=None, beta:float|None=None) -> tuple:
+    "`alpha` and `beta`, each None replaced by the default of the kind `prioritization` (as `kind_class` takes it)."
+    kind = kind_class(prioritization)
+    return kind.alpha if alpha is None else alpha, kind.beta if beta is None else beta
+
+def kind_settings(prioritization, alpha:float|None=None, beta:float|None=None) -> dict:
+    "What a run's config records of its kind: its name, and `alpha` and `beta` with None as `kind_defaults` gives them."
+    alpha, beta = kind_defaults(prioritization, alpha, beta)
+    return dict(prioritization=kind_class(prioritization).name, alpha=alpha, beta=beta)
 
 class Priorities:
-    "Raw priorities |td| + eps of `capacity` int keys, ordered in a sum tree (proportional) or a heap (rank); the draw."
-    ceiling = 1e300          # the largest leaf p ** alpha: max_capacity leaves sum to a finite float64
+    "Raw priorities |td| + eps of `capacity` int keys, their leaves in a `PriorityKind` (the `tree`), and the draw."
+    ceiling = 1e300          # the largest leaf: max_capacity leaves sum to a finite float64
     max_capacity = 10 ** 8
 
     def __init__(self,
                  capacity:int, # number of keys; keys are ints in [0, capacity)
-                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's
                  eps:float=EPS, # added to every |TD error| so each key stays drawable
                  stale_rule:bool=True, # keys are reused (ring slots): drop updates meant for an earlier occupant
-                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
-                 segments:int|None=None, # rank only: strata of equal probability in a draw; None: the batch size
+                 prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest ('batch') or the buffer's
         check_weight_norm(weight_norm)
         check_int('capacity', capacity)
         if capacity > self.max_capacity:
             raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
         alpha, beta = kind_defaults(prioritization, alpha, beta)
-        if segments is not None and prioritization != 'rank':
-            raise ValueError(f"segments={segments!r} applies to rank-based prioritization only")
-        if segments is not None: check_int('segments', segments)
-        self.prioritization, self.segments, self.weight_norm = prioritization, segments, weight_norm
         self._alpha, self.beta = check_number('alpha', alpha), check_number('beta', beta)
         self.beta0, self.eps = self.beta, check_number('eps', eps, low_ok=False)
+        self.kind = KINDS.get(prioritization, prioritization) if isinstance(prioritization, str) else prioritization
+        self.tree = self.kind(capacity)                    # the leaves, made from the raw priorities
         self.capacity, self.max_priority, self.stale_rule = int(capacity), 1.0, stale_rule
+        self.weight_norm = weight_norm
         self.raw = np.zeros(capacity)                      # |td| + eps of each key; 0: holds nothing
         self.active = np.zeros(capacity, bool)             # keys whose leaf is in the tree; the others hold 0
         self.writes = np.zeros(capacity, np.int32)         # how many times each key was (re)written
         self.sampled_at = np.full(capacity, -1, np.int32)  # `writes` of the key when it was last drawn (-1: never)
-        self.tree = SumTree(capacity) if prioritization == 'proportional' else RankHeap(capacity)   # of p ** alpha
         self._stale_dropped = 0                            # updates the stale rule dropped
+
+    prioritization = property(lambda self: self.tree.name, doc="The kind's name, as `KINDS` and states give it.")
 
     def __repr__(self): return (f"Priorities(capacity={self.capacity}, prioritization={self.prioritization!r}, "
                                 f"alpha={self.alpha}, beta={self.beta}, weight_norm={self.weight_norm!r}, "
                                 f"{self.tree!r})")
 
     def leaves_of(self, prios, alpha:float|None=None, what:str='priority') -> np.ndarray:
-        "`prios ** alpha` (default: this core's alpha); a `ValueError` naming the first leaf above `ceiling`."
+        "The kind's leaves of `prios` under `alpha` (default: this core's); a `ValueError` naming one above `ceiling`."
         alpha = self._alpha if alpha is None else alpha
         prios = np.asarray(prios, np.float64)
-        with np.errstate(over='ignore', under='ignore', invalid='ignore'): leaves = prios ** alpha
+        with np.errstate(over='ignore', under='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, alpha)
         if len(leaves) and not leaves.max() <= self.ceiling:   # also true for NaN
             p = prios[~(leaves <= self.ceiling)][0]
             raise ValueError(f"{what} {float(p):.6g} ** alpha={alpha!r} overflows: every p ** alpha must stay "
@@ -237,7 +327,7 @@ class Priorities:
             n:int=1, # how many keys, wrapping from the last key to 0
             active:bool=True): # whether they enter the draw
         "Keys `start`, ..., `start + n - 1` (mod capacity) hold new items: they enter at `max_priority`."
-        leaf = (np.full(1, self.max_priority) ** self._alpha) * active   # numpy's power, as when the tree is re-laid
+        leaf = self.tree.leaves(np.full(1, self.max_priority), self._alpha) * active   # as when the tree is re-laid
         head = min(n, self.capacity - start)                             # keys before the wrap
         for first, count in ((start, head), (0, n - head)):
             if count <= 0: continue
@@ -250,38 +340,35 @@ class Priorities:
     def remove(self, keys):
         "Keys `keys` hold nothing any more: priority and leaf 0."
         self.raw[keys], self.active[keys] = 0., False
-        self.tree.update(keys, np.zeros(len(keys)))
+        self.tree.update_unchecked(*checked_leaves(keys, np.zeros(len(keys)), self.capacity))
 
     def relay(self, keys):
-        "Set the leaves of `keys` from their raw priorities: p ** alpha if active, else 0."
-        self.tree.update(keys, np.where(self.active[keys], self.raw[keys] ** self._alpha, 0.))
+        "Set the leaves of `keys` from their raw priorities (0 if inactive)."
+        keys = np.asarray(keys, np.int64)
+        leaves = np.where(self.active[keys], self.tree.leaves(self.raw[keys], self._alpha), 0.)
+        self.tree.update_unchecked(*checked_leaves(keys, leaves, self.capacity))
 
     def set_active(self, keys, active):
         "Put keys `keys` in the draw where `active` is true and out of it elsewhere; raw priorities are kept."
         self.active[keys] = active
         self.relay(keys)
 
+    def empty(self, capacity:int) -> Priorities:
+        "A core of `capacity` keys that holds nothing, with this one's kind (and its options), exponents and settings."
+        return Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.kind, self.weight_norm)
+
     def moved(self, capacity:int, old, new) -> Priorities:
         "A core of `capacity` keys with this one's exponents and `max_priority`; keys `new` hold what `old` hold here."
-        other = Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization,
-                           self.segments, self.weight_norm)
+        other = self.empty(capacity)
         other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
+        other.tree.load_state_dict(self.tree.state_dict(old), new)   # what the kind keeps moves along
         return other
 
     def draw(self, rng:np.random.Generator, bs:int):
-        "`bs` keys, one from each of `bs` strata of equal probability, and their float32 importance weights."
-        if self.prioritization == 'rank':
-            keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.segments, self.weight_norm)
-        else:
-            total = self.tree.total
-            if not (math.isfinite(total) and total > 0):
-                raise ValueError(f"the total priority must be positive and finite, got {total!r}")
-            u = (np.arange(bs) + rng.random(bs)) * (total / bs)
-            keys, leaves = self.tree.find_unchecked(u)
-            least = leaves.min() if self.weight_norm == 'batch' else self.tree.min   # the leaf of the largest weight
-            weights = ((leaves / least) ** -self.beta).astype(np.float32)   # = (N·P(i))^-β / (N·P_least)^-β
+        "`bs` keys drawn by the kind, and their float32 importance weights; each remembers its write count."
+        keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.weight_norm)
         self.sampled_at[keys] = self.writes[keys]
         return keys, weights
 
@@ -292,9 +379,7 @@ class Priorities:
         "Store |td| + eps for `keys` (the last repeat wins); updates for keys rewritten since their draw are dropped."
         prios = np.abs(td_errors) + self.eps
         if not len(prios): return
-        try: fits = float(prios.max()) ** self._alpha <= self.ceiling   # alpha >= 0: the largest leaf is the max's
-        except OverflowError: fits = False
-        leaves = prios ** self._alpha if fits else self.leaves_of(prios)   # (leaves_of raises, naming the priority)
+        leaves = self.leaves_of(prios)   # a `ValueError` naming a priority whose leaf would overflow
         keys, leaves, stale, top = _fresh_updates(keys.copy(), prios, leaves, written, self.raw, self.active,
                                                   self.writes, self.sampled_at)
         self._stale_dropped += stale
@@ -306,6 +391,7 @@ class Priorities:
         "The exponents, `max_priority`, the stale-drop count and the raw priorities and write counts of `keys`."
         return dict({k: getattr(self, k) for k in STATE_SCALARS}, stale_dropped=self._stale_dropped,
                     prioritization=self.prioritization, weight_norm=self.weight_norm,
+                    kind_state=self.tree.state_dict(keys),
                     priorities=torch.from_numpy(self.raw[keys]),
                     writes=torch.from_numpy(self.writes[keys]), sampled_at=torch.from_numpy(self.sampled_at[keys]))
 
@@ -315,10 +401,12 @@ class Priorities:
         for k in ('alpha', 'beta', 'beta0'): check_number(k, state[k])
         for k in ('eps', 'max_priority'): check_number(k, state[k], low_ok=False)
         check_int('stale_dropped', state.get('stale_dropped', 0), low=0)
-        kind = state.get('prioritization', 'proportional')   # a state saved before rank-based prioritization existed
+        kind = state.get('prioritization', PRIORITIZATION)   # a state saved before rank-based prioritization existed
         if kind != self.prioritization:
             raise ValueError(f"state of a {kind!r} priority core cannot load into a {self.prioritization!r} one")
         check_weight_norm(state.get('weight_norm', 'buffer'), 'state weight_norm')   # older states: 'buffer'
+        if not isinstance(state.get('kind_state', {}), dict):   # older states: none
+            raise ValueError(f"state kind_state must be a dict, got {type(state['kind_state']).__name__}")
         for k, dtype in STATE_ARRAYS.items(): check_tensor(k, state[k], n, dtype)
         prios, writes, sampled_at = (state[k].numpy() for k in STATE_ARRAYS)
         if n and not (prios.min() > 0 and prios.max() <= state['max_priority']):
@@ -338,14 +426,14 @@ class Priorities:
         "Replace everything with `state` (checked first: a rejected state changes nothing)."
         keys = np.asarray(keys, np.int64)
         self.check_state(state, len(keys))
-        loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule,
-                            self.prioritization, self.segments, state.get('weight_norm', 'buffer'))
+        loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule, self.kind,
+                            state.get('weight_norm', 'buffer'))
         for k in STATE_SCALARS: setattr(loaded, k, state[k])
         loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
         loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active
         loaded.writes[keys], loaded.sampled_at[keys] = state['writes'].numpy(), state['sampled_at'].numpy()
         loaded.relay(keys)
-        if self.prioritization == 'rank': loaded.tree.sort()   # the heap's order is not saved: it restarts sorted
+        loaded.tree.load_state_dict(state.get('kind_state', {}), keys)
         self.__dict__.update(loaded.__dict__)
 
 # %% ../nbs/04b_priorities.ipynb #ea5cfe14
@@ -434,7 +522,7 @@ class PriorityKnobs:
     eps = _knob('eps', "Added to every |TD error|.")
     weight_norm = _knob('weight_norm', "What the importance weights are divided by: 'batch' or 'buffer'.")
     max_priority = _knob('max_priority', "The largest raw priority |td| + eps seen; new items enter with it.")
-    tree = _knob('tree', "The `SumTree` of priority ** alpha.")
+    tree = _knob('tree', "The kind's leaves (a `PriorityKind`), made from the raw priorities.")
     stale_dropped = _knob('stale_dropped',
                           "How many priority updates were dropped because their item was replaced since it was drawn.")
 

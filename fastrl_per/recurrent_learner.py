@@ -14,6 +14,7 @@ from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceRepla
 from .recurrent import RecurrentQNetwork
 from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, dqn_args, learner_config
 from .learner import Learner
+from .priorities import kind_settings, PRIORITIZATION
 from .checks import check_int, check_number
 
 # %% auto #0
@@ -165,9 +166,11 @@ class RecurrentLearner(Learner):
                  lr:float=1e-3, # Adam learning rate
                  # learning rate reached linearly by the last planned env step (None: `lr` throughout)
                  lr_end:float|None=1e-4,
-                 alpha:float=0.6, # prioritization exponent
-                 beta:float=0.4, # importance-sampling exponent at the start
+                 alpha:float|None=None, # prioritization exponent; none: the kind's default
+                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
                  eta:float=0.9, # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
+                 # the episodes' kind: a name in `KINDS` or a `PriorityKind` class; the config records its name
+                 prioritization:str|type=PRIORITIZATION,
                  value_rescaling:bool=True, # regress R2D2's h(return) = sign·(sqrt(|return|+1)-1) + 0.001·return
                  tau:float=0.005, # soft target update rate per update
                  train_every:int=4, # env steps per update
@@ -175,6 +178,7 @@ class RecurrentLearner(Learner):
                  eps_decay_steps:int=10_000, # env steps of linear epsilon decay
                  **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
         self.config = c = learner_config(RecurrentLearner.__init__, locals())
+        c.update(kind_settings(prioritization, alpha, beta))   # the run's config names the values it uses
         check_int('total_steps', total_steps); check_int('length', length); check_int('burn_in', burn_in, low=0)
         check_int('n_step', c['n_step']); check_number('eta', eta)
         if eta > 1: raise ValueError(f"eta must be in [0, 1], got {eta!r}")
@@ -188,8 +192,9 @@ class RecurrentLearner(Learner):
         steps = self.act(agent, env_id, c['seed'])
         stored = recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
-        self.replay = PrioritizedSequenceReplay(capacity=c['max_sz'], alpha=alpha, beta=beta, epsilon=c['eps'],
-                                                seed=c['seed'], weight_norm=c['weight_norm'])
+        self.replay = PrioritizedSequenceReplay(capacity=c['max_sz'], alpha=c['alpha'], beta=c['beta'],
+                                                epsilon=c['eps'], seed=c['seed'], prioritization=prioritization,
+                                                weight_norm=c['weight_norm'])
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every,
                                             burn_in=burn_in, warmup=warmup)
         losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, c['n_step'], c['gamma'], eta,

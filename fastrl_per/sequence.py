@@ -13,6 +13,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep
 from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header
 from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor, EPS, WEIGHT_NORM
+from .priorities import PRIORITIZATION
 from .checks import check_int, check_number
 from .state import Stateful, check_keys
 
@@ -274,12 +275,12 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
 
     def __init__(self,
                  capacity:int=1_000_000, # as SequenceReplay, in transitions
-                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's (0.6; rank 0.7)
-                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's (0.4; rank 0.5)
+                 alpha:float|None=None, # how much prioritization is used, 0: uniform; None: the kind's
+                 beta:float|None=None, # importance-sampling exponent at the start; None: the kind's
                  epsilon:float=EPS, # added to every |error| so an episode stays drawable
                  *,
                  seed:int|None=None, # seeds the sampler
-                 prioritization:str='proportional', # 'proportional' (p = |td| + eps) or 'rank' (p = 1 / rank of |td|)
+                 prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         check_number('epsilon', epsilon, low_ok=False)
         super().__init__(capacity, seed=seed)
@@ -378,8 +379,7 @@ class PrioritizedSequenceReplay(PriorityKnobs, SequenceReplay):
         return state
     def assign(self, state:dict):
         super().assign(state)
-        kind = self.prioritizer.prioritization
-        slots, core = self._slots(self.ids), Priorities(self.n_slots, stale_rule=False, prioritization=kind)
+        slots, core = self._slots(self.ids), self.prioritizer.empty(self.n_slots)
         core.load_state_dict(state, slots, active=self._lengths[slots] >= state['tree_length'])
         self.prioritizer, self.tree_length = core, state['tree_length']
 

@@ -9,11 +9,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+import torch.nn.functional as F
 from .memory import ReplayBuffer
 from .per import PrioritizedReplayBuffer
+from .priorities import PRIORITIZATION
 
 # %% auto #0
-__all__ = ['mlp', 'Actor', 'Critics', 'greedy_return', 'td3']
+__all__ = ['mlp', 'Actor', 'Critics', 'greedy_return', 'critic_loss_td', 'td3']
 
 # %% ../nbs/14_own_loop.ipynb #47caec8f
 def mlp(*sizes) -> nn.Sequential:
@@ -54,14 +56,27 @@ def greedy_return(actor:Actor, env_id:str, episodes:int, seed:int) -> float:
     return float(total.mean())
 
 # %% ../nbs/14_own_loop.ipynb #e1464360
+def critic_loss_td(q1, q2, target, # the twin critics' values and their target, each (B, 1)
+                   weights, # (B, 1) importance weights: all ones for the uniform buffer (and LAP)
+                   huber:bool=False) -> tuple: # Huber losses of kappa 1 (LAP's) instead of squared errors
+    ("The critics' weighted loss and the (B, 1) TD errors fed back: the first critic's, or for `huber` the larger "
+     "of the two in magnitude, as LAP's authors feed back.")
+    if huber:
+        loss = F.smooth_l1_loss(q1, target, reduction='none') + F.smooth_l1_loss(q2, target, reduction='none')
+        return (weights * loss).mean(), torch.maximum((q1 - target).abs(), (q2 - target).abs())
+    td = q1 - target
+    return (weights * (td ** 2 + (q2 - target) ** 2)).mean(), td
+
 def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
         env_steps:int=20_000, # environment steps, one update each after `start_steps`
         prioritized:bool=True, # PrioritizedReplayBuffer (True) or ReplayBuffer with the same settings
+        # the prioritized buffer's kind, a name in `KINDS` or a class; 'lap' trains the critics on its Huber loss
+        prioritization=PRIORITIZATION,
         seed:int=0,
         hidden:int=256, bs:int=256, lr:float=1e-3, gamma:float=0.99, tau:float=0.005,
         start_steps:int=1_000, # uniformly random actions before the policy acts
         explore_noise:float=0.1, policy_noise:float=0.2, noise_clip:float=0.5, policy_delay:int=2,
-        alpha:float=0.6, beta:float=0.4, # the prioritized buffer's exponents; beta anneals to 1
+        alpha:float|None=None, beta:float|None=None, # the buffer's exponents (None: the kind's); beta anneals to 1
         eval_every:int=1_000, eval_episodes:int=10, # greedy evaluation: every `eval_every` steps, over `eval_episodes`
         device=None): # where the networks learn; None: the CPU
     "TD3 with a replay buffer in a plain loop; returns `[(env_steps, greedy mean return), ...]`."
@@ -72,8 +87,10 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
     actor, critics = Actor(obs_dim, act_dim, high, hidden).to(dev), Critics(obs_dim, act_dim, hidden).to(dev)
     actor_target, critics_target = copy.deepcopy(actor), copy.deepcopy(critics)
     actor_opt, critic_opt = torch.optim.Adam(actor.parameters(), lr), torch.optim.Adam(critics.parameters(), lr)
-    rb = (PrioritizedReplayBuffer(max_sz=env_steps, bs=bs, alpha=alpha, beta=beta, seed=seed) if prioritized
+    rb = (PrioritizedReplayBuffer(max_sz=env_steps, bs=bs, alpha=alpha, beta=beta, seed=seed,
+                                  prioritization=prioritization) if prioritized
           else ReplayBuffer(max_sz=env_steps, bs=bs, seed=seed))
+    huber = prioritized and rb.tree.huber   # the kind is made for a Huber loss (LAP)
     rng, curve = np.random.default_rng(seed), []
     obs, _ = env.reset(seed=seed)
     env.action_space.seed(seed)
@@ -93,10 +110,7 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
                 next_act = torch.max(torch.min(actor_target(b.next_state) + smooth, actor.high), -actor.high)
                 next_q = torch.min(*critics_target(b.next_state, next_act))
                 target = b.reward[:, None] + gamma * ~b.terminated[:, None] * next_q
-            q1, q2 = critics(b.state, b.action)
-            td = q1 - target                                    # (B, 1): the critic's TD error
-            w = b.weights.to(dev)[:, None]                      # all ones for the uniform buffer
-            critic_loss = (w * (td ** 2 + (q2 - target) ** 2)).mean()
+            critic_loss, td = critic_loss_td(*critics(b.state, b.action), target, b.weights.to(dev)[:, None], huber)
             critic_opt.zero_grad(); critic_loss.backward(); critic_opt.step()
             if prioritized:
                 rb.update_priorities(b.idxs, td.detach())

@@ -36,6 +36,7 @@ def assert_state_equal(a, b):
                 for n in a[k]: assert torch.equal(a[k][n], b[k][n]), f"column {n!r} changed"
         elif isinstance(a[k], torch.Tensor):
             assert torch.equal(a[k], b[k]), f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
+        elif isinstance(a[k], dict): assert_state_equal(a[k], b[k])   # a kind's own state, say
         else:
             assert a[k] == b[k], f"{k!r} changed: {a[k]!r} -> {b[k]!r}"
 

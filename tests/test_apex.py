@@ -138,6 +138,9 @@ def test_actors_refuse_what_apex_does_not_take(tmp_path):
     with pytest.raises(ValueError, match='`dueling` does not apply to `actors`'): train(actors=1, dueling=True, out=tmp_path / 'a')
     with pytest.raises(ValueError, match=r"`actors` trains the mlp Q-network \(Ape-X\), not model='recurrent'"):
         train(actors=1, model='recurrent', out=tmp_path / 'a')
+    for kind in ('rank', 'lap'):   # Ape-X shards the proportional kind alone: refused by name before anything starts
+        with pytest.raises(ValueError, match=f"the '{kind}' kind does not offer"):
+            train(actors=1, prioritization=kind, out=tmp_path / 'a')
     assert not (tmp_path / 'a').exists()
 
 

@@ -167,7 +167,7 @@ def test_train_help_shows_the_common_flags_first_in_at_most_100_lines(columns, m
 
 def test_train_help_names_the_choices_and_refuses_others():
     text = ' '.join(run('train', '--help-all', check=0).stdout.split())
-    for choice in ('--replay {per,uniform}', '--model {mlp,recurrent}', '--prioritization {proportional,rank}',
+    for choice in ('--replay {per,uniform}', '--model {mlp,recurrent}', '--prioritization {proportional,rank,lap}',
                    '--collector {process,thread}', '--recurrent-state {stored,zero}'):
         assert choice in text, choice
     done = run('train', '--replay', 'greedy', check=2)

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.priorities import Priorities, RankHeap
+from functools import partial
+from fastrl_per.priorities import Priorities, RankHeap, Proportional, kind_class
 from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
 from fastrl_per.sequence import PrioritizedSequenceReplay
 from fastrl_per.learner import Learner
@@ -198,9 +199,8 @@ def _proportional_state_into_rank(buf):
 BAD_INPUT = [
     ('prioritization typo', None, lambda _: PrioritizedReplayBuffer(prioritization='ranked'), ["'ranked'", 'rank']),
     ('prioritization None', None, lambda _: Priorities(8, prioritization=None), ['None']),
-    ('segments with proportional', None, lambda _: Priorities(8, segments=4), ['segments=4', 'rank']),
-    ('segments=0', None, lambda _: Priorities(8, prioritization='rank', segments=0), ['segments', '0']),
-    ('segments=2.5', None, lambda _: Priorities(8, prioritization='rank', segments=2.5), ['segments', '2.5']),
+    ('segments=0', None, lambda _: Priorities(8, prioritization=partial(RankHeap, segments=0)), ['segments', '0']),
+    ('segments=2.5', None, lambda _: Priorities(8, prioritization=partial(RankHeap, segments=2.5)), ['segments', '2.5']),
     ('alpha<0', None, lambda _: rank_buffer(0, alpha=-0.5), ['alpha', '-0.5']),
     ('beta<0', None, lambda _: rank_buffer(0, beta=-0.25), ['beta', '-0.25']),
     ('eps=0', None, lambda _: rank_buffer(0, eps=0), ['eps', '0']),
@@ -229,3 +229,11 @@ def test_bad_input(build, action, contains): assert_refused_unchanged(build, act
 def test_empty_heap_draw_says_so():
     with pytest.raises(ValueError, match='nothing to draw'):
         Priorities(4, prioritization='rank').draw(np.random.default_rng(0), 2)
+
+
+def test_segments_are_an_option_of_the_rank_kind_alone():
+    with pytest.raises(TypeError, match='segments'): Priorities(8, prioritization=partial(Proportional, segments=4))
+    core = Priorities(100, prioritization=partial(RankHeap, segments=4))
+    assert core.tree.n_segments == 4 and core.prioritization == 'rank' and (core.alpha, core.beta) == (0.7, 0.5)
+    assert kind_class(partial(RankHeap, segments=4)) is RankHeap
+    assert core.moved(200, np.arange(0), np.arange(0)).tree.n_segments == 4   # a grown core keeps the option

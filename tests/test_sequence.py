@@ -299,7 +299,7 @@ def test_add_and_update_touch_few_tree_leaves():
     buf = PrioritizedSequenceReplay(500, seed=0)
     for i in range(200): buf.add(make_episode(2, episode_n=i))
     tree, sizes = buf.tree, []
-    for name in ('update', 'update_unchecked', 'set_range'):   # every way a leaf is written
+    for name in ('update_unchecked', 'set_range_unchecked'):   # every way a kind's leaf is written (its protocol)
         def counted(idxs, values, write=getattr(tree, name)): sizes.append(len(np.atleast_1d(values))); write(idxs, values)
         setattr(tree, name, counted)
     for i in range(200, 600): buf.add(make_episode(2, episode_n=i))     # evicts one episode per add
