@@ -14,10 +14,11 @@ the process's resident memory (VmRSS, sampled every millisecond in a thread) dur
 (`storage.nbytes()`); **+5k** the time and the bytes written to disk (`write_bytes` of /proc/self/io over the 5,000
 adds and the save: for a ring on disk the adds' own pages count, as they reach the disk then) of the next save, and
 **+5k / old** its time over the old format's full save; **load** a fresh buffer's `load` and its peak rise; **sample**
-the median `sample(256)`, **add** the median single-transition `add`, with the data in the page cache. The old format
-is the reference in the same process. The files go under `--dir` and are deleted as each buffer is done. Goals (#43):
-a save raises peak memory by at most 0.1x the data; a save after 5,000 more transitions takes at most 0.1x a full
-save; a buffer on disk samples at most 1.2x as slowly as in memory.
+the median `sample(256)`, **add** the median single-transition `add`, with the data in the page cache (where a buffer
+is measured both in memory and on disk, the two are timed in turns by one more process holding both). The old
+format is the reference in the same process. The files go under `--dir` and are deleted as each buffer is done.
+Goals (#43): a save raises peak memory by at most 0.1x the data; a save after 5,000 more transitions takes at most
+0.1x a full save; a buffer on disk samples at most 1.2x as slowly as in memory.
 """
 from __future__ import annotations
 import argparse, json, shutil, subprocess, sys, threading, time
@@ -130,6 +131,21 @@ def load_child(kind:str, size:int, storage:str, d:Path, old:bool) -> dict:
     return out
 
 
+def speed_child(kind:str, size:int, d:Path) -> dict:
+    ("The same buffer in memory and on disk, both filled, in one process: `sample(256)` and a single `add` timed in "
+     "turns, three rounds (runs at different moments of a shared machine differ more than the two storages do).")
+    pool = np.random.default_rng(0).integers(0, 256, (POOL, 84, 84), np.uint8) if kind == 'atari' else None
+    bufs = dict(memory=make(kind, size, None), disk=make(kind, size, d / 'speed'))
+    for buf in bufs.values(): fill(buf, kind, 0, size, pool); buf.sample()
+    one = {k: v[0] for k, v in transitions(kind, size, 1, pool).items()}
+    times = {}
+    for _ in range(3):
+        for where, buf in bufs.items():
+            times.setdefault(f'{where}_sample_us', []).append(median_us(buf.sample, 100))
+            times.setdefault(f'{where}_add_us', []).append(median_us(lambda: buf.add(**one), 300))
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
 def run_child(step:str, kind:str, size:int, storage:str, d:Path, old:bool) -> dict:
     cmd = [sys.executable, __file__, '--child', step, kind, str(size), storage, str(d), 'old' if old else 'no-old']
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -141,6 +157,13 @@ def measure(kind:str, size:int, storage:str, root:Path, old:bool) -> dict:
     d = root / f'{kind}-{size}-{storage}'
     shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
     try: return dict(run_child('save', kind, size, storage, d, old), **run_child('load', kind, size, storage, d, old))
+    finally: shutil.rmtree(d, ignore_errors=True)
+
+
+def measure_speed(kind:str, size:int, root:Path) -> dict:
+    d = root / f'{kind}-{size}-speed'
+    shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
+    try: return run_child('speed', kind, size, 'both', d, False)
     finally: shutil.rmtree(d, ignore_errors=True)
 
 
@@ -199,7 +222,8 @@ def main():
     if a.child:
         step, kind, size, storage, d, old = a.child
         torch.set_num_threads(1)
-        out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), old == 'old')
+        if step == 'speed': out = speed_child(kind, int(size), Path(d))
+        else: out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), old == 'old')
         print(json.dumps(out)); return
     if a.table:
         rows = json.loads(Path(a.table).read_text())
@@ -214,6 +238,11 @@ def main():
         measured = measure(kind, size, storage, Path(a.dir), not a.no_old)
         rows.append(dict(kind=kind, size=size, storage=storage, **measured))
         print(f"{kind} {size:,} {storage}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    for kind, size in {(k, n) for k, n, s in plan if s == 'memory' and (k, n, 'disk') in plan}:
+        speed = measure_speed(kind, size, Path(a.dir))
+        for r in rows:
+            if (r['kind'], r['size']) == (kind, size):
+                r.update(sample_us=speed[f"{r['storage']}_sample_us"], add_us=speed[f"{r['storage']}_add_us"])
     if a.json: Path(a.json).write_text(json.dumps(rows, indent=1))
     print(table(rows)); print(); print(goals(rows))
 
