@@ -89,7 +89,7 @@ class SavedArrays:
         (self.path / JOURNAL).mkdir(exist_ok=True)
         rows, wrote = chunk_rows(a), False
         for c in chunks:
-            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c)}.npy'
+            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c) * rows}.npy'   # named by its first row
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
             write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
@@ -102,10 +102,9 @@ class SavedArrays:
         state = self.read()
         if state is None: return None
         for entry in sorted((self.path / JOURNAL).glob(f"{state['save_id']}.*.npy")):
-            name, c = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
+            name, start = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
             target = self.path / state['arrays'][name]['file']
-            rows = np.load(entry)
-            write_at(target, rows, int(c) * chunk_rows(rows))
+            write_at(target, np.load(entry), int(start))   # by row: a later `CHUNK_BYTES` cannot misplace it
         self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
 
@@ -210,6 +209,8 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
      "previous time) is still the save at `path`, only the chunks written since are copied (journaled first); other "
      "arrays are written whole. `state.pt` is replaced last, atomically. Return what the next call takes as `last`.")
     saved = SavedArrays(path)
+    if saved.path.exists() and not saved.path.is_dir():
+        raise ValueError(f"a buffer saves to a directory, but {str(path)!r} is a file (an earlier version's save?)")
     saved.path.mkdir(parents=True, exist_ok=True)
     old = saved.read()
     if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None

@@ -153,6 +153,25 @@ def test_refused_load_from_its_own_directory_keeps_the_live_file(tmp_path):
     check_holds_from(fresh, 100, 20)
 
 
+def test_save_onto_a_file_is_refused(tmp_path):
+    "Saving where a file lies (an earlier version's single-file save) is a `ValueError` naming it; the file stays."
+    (tmp_path / 'replay.pt').write_bytes(b'old')
+    buf = make('uniform', 50); fill(buf, 0, 10)
+    with pytest.raises(ValueError, match='replay.pt.*is a file'): buf.save(tmp_path / 'replay.pt')
+    assert (tmp_path / 'replay.pt').read_bytes() == b'old'
+
+
+def test_journal_recovered_under_another_chunk_size(tmp_path):
+    """A journal left by a kill is put back by row, not by chunk number: a version with another `CHUNK_BYTES`
+    recovers it the same (a chunk index would have landed the undo copies elsewhere)."""
+    with patch.object(store, 'CHUNK_BYTES', 7 * 64):
+        buf = make('uniform', 100, tmp_path); fill(buf, 0, 100); buf.save(tmp_path)
+        fill(buf, 100, 30)   # rows 0-29 rewritten, their chunks (7 rows each) journaled; then a kill
+        assert len(list((tmp_path / JOURNAL).glob('*.npy'))) == 5
+    fresh = make('uniform', 100); fresh.load(tmp_path)   # the default CHUNK_BYTES here
+    check_holds(fresh, 100)
+
+
 def test_disk_storage_through_a_symlink(tmp_path):
     "A storage whose directory is reached through a symlink keeps its live file there and saves in place."
     (tmp_path / 'real').mkdir(); (tmp_path / 'link').symlink_to(tmp_path / 'real')
