@@ -8,12 +8,11 @@ import mmap, os, uuid
 from pathlib import Path
 import numpy as np
 import torch
-from .checks import save_atomically
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'save_arrays',
-           'load_arrays']
+           'random_access', 'write_npy', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
+           'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -60,6 +59,12 @@ def write_npy(path, a:np.ndarray):
         np.save(f, a)
         f.flush(); os.fsync(f.fileno())
 
+def sync_dir(path):
+    "Make what happened to the entries of the directory `path` (files created, renamed, removed) durable."
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
 # %% ../nbs/03a_store.ipynb #3e263053
 class SavedArrays:
     ("A directory holding one saved buffer: `state.pt` (its small state, naming its arrays' files), each array as an "
@@ -82,36 +87,47 @@ class SavedArrays:
         ("Copy the `chunks` of array `name` as save `save_id` holds them (`a`: its file, memory-mapped) into the "
          "journal, each synced, before the caller changes them; a chunk already there is kept.")
         (self.path / JOURNAL).mkdir(exist_ok=True)
-        rows = chunk_rows(a)
+        rows, wrote = chunk_rows(a), False
         for c in chunks:
-            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c)}.npy'
+            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c) * rows}.npy'   # named by its first row
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
             write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
             os.replace(tmp, entry)
+            wrote = True
+        if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
 
     def recover(self) -> dict|None:
         "Put back what the journal holds for the last save, so its arrays are as saved; return its state (or None)."
         state = self.read()
         if state is None: return None
         for entry in sorted((self.path / JOURNAL).glob(f"{state['save_id']}.*.npy")):
-            name, c = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
+            name, start = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
             target = self.path / state['arrays'][name]['file']
-            rows = np.load(entry)
-            write_at(target, rows, int(c) * chunk_rows(rows))
-        self.tidy(state)
+            write_at(target, np.load(entry), int(start))   # by row: a later `CHUNK_BYTES` cannot misplace it
+        self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
 
-    def tidy(self, state:dict):
-        "Remove the journal and every array file `state` does not name (left by an older save or a crash)."
-        for entry in (self.path / JOURNAL).glob('*'): entry.unlink()
+    def tidy(self, state:dict|None=None):
+        ("Remove the journal and the temporary `state.pt` a killed save left; with `state`, also every array file it "
+         "does not name (left by an older save, a crash, or a storage living here that saves no more).")
+        for entry in [*(self.path / JOURNAL).glob('*'), *self.path.glob(STATE_FILE + '*.tmp')]: entry.unlink()
+        if state is None: return
         kept = {info['file'] for info in state['arrays'].values()}
         for f in self.path.glob('*.npy'):
             if f.name not in kept: f.unlink()
 
     def commit(self, state:dict):
-        "Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up."
-        save_atomically(state, self.path / STATE_FILE)
+        ("Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up. Durably "
+         "too: the arrays' new files are in the directory, and `state.pt` on disk, before the rename that commits.")
+        sync_dir(self.path)
+        tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
+        try:
+            with open(tmp, 'wb') as f:
+                torch.save(state, f); f.flush(); os.fsync(f.fileno())
+            os.replace(tmp, self.path / STATE_FILE)
+        finally: tmp.unlink(missing_ok=True)
+        sync_dir(self.path)
         self.tidy(state)
 
     def open(self, state:dict, mode:str='r') -> dict:
@@ -193,6 +209,8 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
      "previous time) is still the save at `path`, only the chunks written since are copied (journaled first); other "
      "arrays are written whole. `state.pt` is replaced last, atomically. Return what the next call takes as `last`.")
     saved = SavedArrays(path)
+    if saved.path.exists() and not saved.path.is_dir():
+        raise ValueError(f"a buffer saves to a directory, but {str(path)!r} is a file (an earlier version's save?)")
     saved.path.mkdir(parents=True, exist_ok=True)
     old = saved.read()
     if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
