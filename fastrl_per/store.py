@@ -11,7 +11,7 @@ import torch
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
+           'random_access', 'write_npy', 'fits', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
            'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
@@ -53,11 +53,22 @@ def random_access(a:np.memmap) -> np.memmap:
     if a.size: a._mmap.madvise(mmap.MADV_RANDOM)
     return a
 
-def write_npy(path, a:np.ndarray):
-    "Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it)."
-    with open(path, 'wb') as f:
-        np.save(f, a)
-        f.flush(); os.fsync(f.fileno())
+def write_npy(path, a:np.ndarray, rows:int|None=None):
+    ("Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it); with `rows`, only "
+     "its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's unwritten rows are).")
+    if rows is None or rows >= len(a):
+        with open(path, 'wb') as f:
+            np.save(f, a)
+            f.flush(); os.fsync(f.fileno())
+        return
+    sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
+    del sized   # unmapped: the rows go in with one write
+    if rows: write_at(path, a[:rows], 0)
+
+def fits(path, a:np.ndarray) -> bool:
+    "Whether the .npy file at `path` holds an array of `a`'s shape and dtype (its rows can be written in place)."
+    saved = np.load(path, mmap_mode='r')
+    return saved.shape == a.shape and saved.dtype == a.dtype
 
 def sync_dir(path):
     "Make what happened to the entries of the directory `path` (files created, renamed, removed) durable."
@@ -221,7 +232,7 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
         if own and disk.holds(a):
             a.flush()
             files[name] = Path(a.filename).name
-        elif known is not None and np.load(saved.path / known['file'], mmap_mode='r').shape == a.shape:
+        elif known is not None and fits(saved.path / known['file'], a):
             target, rows = saved.path / known['file'], chunk_rows(a)
             chunks = ring_chunks(len(a), rows, last['counts'][name], counts[name])
             saved.journal(old['save_id'], name, np.load(target, mmap_mode='r'), chunks[chunks * rows < known['kept']])
@@ -229,7 +240,7 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
             files[name] = known['file']
         else:
             files[name] = new_file(name)
-            write_npy(saved.path / files[name], a)
+            write_npy(saved.path / files[name], a, min(counts[name], len(a)))   # the rows written, not the zeros
     save_id = uuid.uuid4().hex
     arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))))
                     for n in arrays}

@@ -270,6 +270,24 @@ def test_incremental_save_writes_only_the_chunks_passed(tmp_path, on_disk):
     print(f"full save {full / 1e6:.1f} MB in {full_s:.2f} s, incremental {inc / 1e6:.1f} MB in {inc_s:.2f} s")
 
 
+def test_first_save_writes_the_rows_written(tmp_path):
+    """A first save of a ring that holds 1,000 of its 200,000 rows writes those rows, not the zeros after them: the
+    file has the ring's full size, but as a hole the file system reads as zeros; it loads equal to the buffer."""
+    buf = make('prioritized', 200_000)
+    fill(buf, 0, 1_000, width=512)
+    before = io_written()
+    buf.save(tmp_path)
+    written = io_written() - before
+    (name,) = files(tmp_path)
+    row = buf.storage.rows.itemsize
+    assert (tmp_path / name).stat().st_size >= 200_000 * row            # the ring's whole length
+    assert written < 1_000 * row + (tmp_path / STATE_FILE).stat().st_size + 1_000_000, (written, 1_000 * row)
+    assert (tmp_path / name).stat().st_blocks * 512 < 10 * 1_000 * row   # allocated: about the rows written
+    fresh = make('prioritized', 200_000, seed=1); fresh.load(tmp_path)
+    check_holds(fresh, 1_000, width=512)
+    assert np.array_equal(fresh.storage.rows, buf.storage.rows)
+
+
 # ---------------------------------------------------------------- bad saves refused whole
 
 def corrupt_state(d): (d / STATE_FILE).write_bytes(b'not a torch file')
