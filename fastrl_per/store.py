@@ -8,12 +8,11 @@ import mmap, os, uuid
 from pathlib import Path
 import numpy as np
 import torch
-from .checks import save_atomically
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays', 'check_save_id',
-           'save_arrays', 'load_arrays']
+           'random_access', 'write_npy', 'fits', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
+           'check_save_id', 'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -54,11 +53,28 @@ def random_access(a:np.memmap) -> np.memmap:
     if a.size: a._mmap.madvise(mmap.MADV_RANDOM)
     return a
 
-def write_npy(path, a:np.ndarray):
-    "Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it)."
-    with open(path, 'wb') as f:
-        np.save(f, a)
-        f.flush(); os.fsync(f.fileno())
+def write_npy(path, a:np.ndarray, rows:int|None=None):
+    ("Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it); with `rows`, only "
+     "its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's unwritten rows are).")
+    if rows is None or rows >= len(a):
+        with open(path, 'wb') as f:
+            np.save(f, a)
+            f.flush(); os.fsync(f.fileno())
+        return
+    sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
+    del sized   # unmapped: the rows go in with one write
+    if rows: write_at(path, a[:rows], 0)
+
+def fits(path, a:np.ndarray) -> bool:
+    "Whether the .npy file at `path` holds an array of `a`'s shape and dtype (its rows can be written in place)."
+    saved = np.load(path, mmap_mode='r')
+    return saved.shape == a.shape and saved.dtype == a.dtype
+
+def sync_dir(path):
+    "Make what happened to the entries of the directory `path` (files created, renamed, removed) durable."
+    fd = os.open(path, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
 
 # %% ../nbs/03a_store.ipynb #3e263053
 class SavedArrays:
@@ -82,36 +98,47 @@ class SavedArrays:
         ("Copy the `chunks` of array `name` as save `save_id` holds them (`a`: its file, memory-mapped) into the "
          "journal, each synced, before the caller changes them; a chunk already there is kept.")
         (self.path / JOURNAL).mkdir(exist_ok=True)
-        rows = chunk_rows(a)
+        rows, wrote = chunk_rows(a), False
         for c in chunks:
-            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c)}.npy'
+            entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c) * rows}.npy'   # named by its first row
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
             write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
             os.replace(tmp, entry)
+            wrote = True
+        if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
 
     def recover(self) -> dict|None:
         "Put back what the journal holds for the last save, so its arrays are as saved; return its state (or None)."
         state = self.read()
         if state is None: return None
         for entry in sorted((self.path / JOURNAL).glob(f"{state['save_id']}.*.npy")):
-            name, c = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
+            name, start = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
             target = self.path / state['arrays'][name]['file']
-            rows = np.load(entry)
-            write_at(target, rows, int(c) * chunk_rows(rows))
-        self.tidy(state)
+            write_at(target, np.load(entry), int(start))   # by row: a later `CHUNK_BYTES` cannot misplace it
+        self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
 
-    def tidy(self, state:dict):
-        "Remove the journal and every array file `state` does not name (left by an older save or a crash)."
-        for entry in (self.path / JOURNAL).glob('*'): entry.unlink()
+    def tidy(self, state:dict|None=None):
+        ("Remove the journal and the temporary `state.pt` a killed save left; with `state`, also every array file it "
+         "does not name (left by an older save, a crash, or a storage living here that saves no more).")
+        for entry in [*(self.path / JOURNAL).glob('*'), *self.path.glob(STATE_FILE + '*.tmp')]: entry.unlink()
+        if state is None: return
         kept = {info['file'] for info in state['arrays'].values()}
         for f in self.path.glob('*.npy'):
             if f.name not in kept: f.unlink()
 
     def commit(self, state:dict):
-        "Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up."
-        save_atomically(state, self.path / STATE_FILE)
+        ("Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up. Durably "
+         "too: the arrays' new files are in the directory, and `state.pt` on disk, before the rename that commits.")
+        sync_dir(self.path)
+        tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
+        try:
+            with open(tmp, 'wb') as f:
+                torch.save(state, f); f.flush(); os.fsync(f.fileno())
+            os.replace(tmp, self.path / STATE_FILE)
+        finally: tmp.unlink(missing_ok=True)
+        sync_dir(self.path)
         self.tidy(state)
 
     def open(self, state:dict, mode:str='r') -> dict:
@@ -204,6 +231,8 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
      "arrays are written whole. `state.pt` is replaced last, atomically. `save_id`: the new save's name (None: a new "
      "uuid), so that a caller can name it elsewhere first. Return what the next call takes as `last`.")
     saved = SavedArrays(path)
+    if saved.path.exists() and not saved.path.is_dir():
+        raise ValueError(f"a buffer saves to a directory, but {str(path)!r} is a file (an earlier version's save?)")
     saved.path.mkdir(parents=True, exist_ok=True)
     old = saved.read()
     save_id = uuid.uuid4().hex if save_id is None else check_save_id(save_id, old)
@@ -215,7 +244,7 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
         if own and disk.holds(a):
             a.flush()
             files[name] = Path(a.filename).name
-        elif known is not None and np.load(saved.path / known['file'], mmap_mode='r').shape == a.shape:
+        elif known is not None and fits(saved.path / known['file'], a):
             target, rows = saved.path / known['file'], chunk_rows(a)
             chunks = ring_chunks(len(a), rows, last['counts'][name], counts[name])
             saved.journal(old['save_id'], name, np.load(target, mmap_mode='r'), chunks[chunks * rows < known['kept']])
@@ -223,7 +252,7 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
             files[name] = known['file']
         else:
             files[name] = new_file(name)
-            write_npy(saved.path / files[name], a)
+            write_npy(saved.path / files[name], a, min(counts[name], len(a)))   # the rows written, not the zeros
     arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))))
                     for n in arrays}
     state = dict(state, save_id=save_id, arrays=arrays_state)

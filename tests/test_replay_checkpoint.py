@@ -79,7 +79,7 @@ def test_a_second_checkpoint_writes_the_rows_written_since(tmp_path, monkeypatch
     learner.fit(1_000)
     first = written(lambda: save_checkpoint(tmp_path, learner))
     ring, files = learner.replay.buffer.storage.nbytes(), replay_files(tmp_path)
-    assert first > ring   # the first writes the ring whole
+    assert first > 1_000 * ring // 100_000   # the first writes the rows written so far (the rest: a hole)
     learner.fit(500)
     second = written(lambda: save_checkpoint(tmp_path, learner))
     assert replay_files(tmp_path) == files   # written in place: no second copy

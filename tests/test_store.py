@@ -20,7 +20,7 @@ KINDS = dict(uniform=ReplayBuffer, prioritized=PrioritizedReplayBuffer)
 
 
 def transitions(start:int, n:int, width:int=4) -> dict:
-    "Transitions number `start`, ..., `start + n - 1`: every field follows from the number, kept as the extra field `w`."
+    "Transitions `start`, ..., `start + n - 1`: every field follows from the number, kept as the extra field `w`."
     w = np.arange(start, start + n, dtype=np.int64)
     state = np.repeat((w % 251).astype(np.uint8)[:, None], width, 1)
     return dict(state=state, next_state=state + 1, action=w % 3, reward=w.astype(np.float32),
@@ -140,6 +140,38 @@ def test_disk_storage_taking_over_other_rows_keeps_its_last_save(tmp_path):
         check_holds(fresh, 40)
 
 
+def test_refused_load_from_its_own_directory_keeps_the_live_file(tmp_path):
+    """A storage on disk whose directory holds another buffer's save (of another size) refuses to load it and keeps
+    its rows: loading used to tidy its live file away first, and its next save then named a missing file."""
+    other = make('uniform', 40); fill(other, 0, 30); other.save(tmp_path)
+    buf = make('uniform', 50, tmp_path); fill(buf, 100, 20)
+    with pytest.raises(ValueError, match='max_sz 40'): buf.load(tmp_path)
+    assert Path(buf.storage.rows.filename).exists()
+    check_holds_from(buf, 100, 20)
+    buf.save(tmp_path)
+    fresh = make('uniform', 50); fresh.load(tmp_path)
+    check_holds_from(fresh, 100, 20)
+
+
+def test_save_onto_a_file_is_refused(tmp_path):
+    "Saving where a file lies (an earlier version's single-file save) is a `ValueError` naming it; the file stays."
+    (tmp_path / 'replay.pt').write_bytes(b'old')
+    buf = make('uniform', 50); fill(buf, 0, 10)
+    with pytest.raises(ValueError, match='replay.pt.*is a file'): buf.save(tmp_path / 'replay.pt')
+    assert (tmp_path / 'replay.pt').read_bytes() == b'old'
+
+
+def test_journal_recovered_under_another_chunk_size(tmp_path):
+    """A journal left by a kill is put back by row, not by chunk number: a version with another `CHUNK_BYTES`
+    recovers it the same (a chunk index would have landed the undo copies elsewhere)."""
+    with patch.object(store, 'CHUNK_BYTES', 7 * 64):
+        buf = make('uniform', 100, tmp_path); fill(buf, 0, 100); buf.save(tmp_path)
+        fill(buf, 100, 30)   # rows 0-29 rewritten, their chunks (7 rows each) journaled; then a kill
+        assert len(list((tmp_path / JOURNAL).glob('*.npy'))) == 5
+    fresh = make('uniform', 100); fresh.load(tmp_path)   # the default CHUNK_BYTES here
+    check_holds(fresh, 100)
+
+
 def test_disk_storage_through_a_symlink(tmp_path):
     "A storage whose directory is reached through a symlink keeps its live file there and saves in place."
     (tmp_path / 'real').mkdir(); (tmp_path / 'link').symlink_to(tmp_path / 'real')
@@ -173,23 +205,25 @@ def test_frame_storage_round_trip_and_not_into_a_ring(tmp_path):
 
 # ---------------------------------------------------------------- incremental saves
 
-ops = st.lists(st.one_of(st.tuples(st.just('add'), st.integers(1, 130)), st.tuples(st.just('save'), st.just(0)),
-                         st.tuples(st.just('sample'), st.just(0))), min_size=1, max_size=14)
+ops = st.lists(st.one_of(st.tuples(st.just('add'), st.integers(1, 130)),
+                         st.tuples(st.sampled_from(['save', 'sample', 'reload']), st.just(0))), min_size=1, max_size=14)
 
 
 @settings(max_examples=100, deadline=None, database=None)
 @given(ops=ops, kind=st.sampled_from(list(KINDS)), on_disk=st.booleans())
 def test_incremental_saves_equal_full_saves(tmp_path_factory, ops, kind, on_disk):
-    """After any sequence of adds, draws and saves to one directory (chunks of 7 rows, so saves write some chunks and
-    not others), the directory holds what a full save of the same buffer holds, and loads into the same buffer."""
+    """After any sequence of adds, draws, saves to one directory (chunks of 7 rows, so saves write some chunks and
+    not others) and reloads (a save, then a load of it into the same buffer: on disk it maps its own files again), the
+    buffer is the one that only added and drew, and the directory holds what a full save of it holds."""
     d = tmp_path_factory.mktemp('inc')
     with patch.object(store, 'CHUNK_BYTES', 7 * 64):   # 7 rows of 64 bytes (the packed record here)
-        buf, n = make(kind, 100, d / 'live' if on_disk else None), 0
-        assert buf.storage.rows is None
+        buf, ref, n = make(kind, 100, d / 'live' if on_disk else None), make(kind, 100), 0
         for op, k in ops + [('save', 0)]:
-            if op == 'add': fill(buf, n, k); n += k
-            elif op == 'sample' and n >= buf.bs: buf.sample()
-            elif op == 'save': buf.save(d / 'live')
+            if op == 'add': fill(buf, n, k); fill(ref, n, k); n += k
+            elif op == 'sample' and n >= buf.bs: buf.sample(); ref.sample()
+            elif op in ('save', 'reload'): buf.save(d / 'live')
+            if op == 'reload': buf.load(d / 'live')
+        assert_same(buf, ref, draws=0)
         assert n == 0 or chunk_rows(buf.storage.rows) == 7
         full = copy.deepcopy(buf) if n and not on_disk else None
         if full is not None:
@@ -199,6 +233,7 @@ def test_incremental_saves_equal_full_saves(tmp_path_factory, ops, kind, on_disk
         fresh = make(kind, 100, seed=1)
         fresh.load(d / 'live')
         check_holds(fresh, n, priorities=all(op != 'sample' for op, _ in ops))
+        if on_disk and n: assert Path(buf.storage.rows.filename).name in files(d / 'live')
         assert_same(buf, fresh, draws=3 if n >= buf.bs else 0)
         assert not list((d / 'live' / JOURNAL).glob('*'))
 
@@ -233,6 +268,24 @@ def test_incremental_save_writes_only_the_chunks_passed(tmp_path, on_disk):
     fresh = make('prioritized', 30_000, seed=1); fresh.load(tmp_path)
     check_holds(fresh, 30_100, width=512)
     print(f"full save {full / 1e6:.1f} MB in {full_s:.2f} s, incremental {inc / 1e6:.1f} MB in {inc_s:.2f} s")
+
+
+def test_first_save_writes_the_rows_written(tmp_path):
+    """A first save of a ring that holds 1,000 of its 200,000 rows writes those rows, not the zeros after them: the
+    file has the ring's full size, but as a hole the file system reads as zeros; it loads equal to the buffer."""
+    buf = make('prioritized', 200_000)
+    fill(buf, 0, 1_000, width=512)
+    before = io_written()
+    buf.save(tmp_path)
+    written = io_written() - before
+    (name,) = files(tmp_path)
+    row = buf.storage.rows.itemsize
+    assert (tmp_path / name).stat().st_size >= 200_000 * row            # the ring's whole length
+    assert written < 1_000 * row + (tmp_path / STATE_FILE).stat().st_size + 1_000_000, (written, 1_000 * row)
+    assert (tmp_path / name).stat().st_blocks * 512 < 10 * 1_000 * row   # allocated: about the rows written
+    fresh = make('prioritized', 200_000, seed=1); fresh.load(tmp_path)
+    check_holds(fresh, 1_000, width=512)
+    assert np.array_equal(fresh.storage.rows, buf.storage.rows)
 
 
 # ---------------------------------------------------------------- bad saves refused whole
@@ -299,30 +352,68 @@ def test_old_single_file_save_loads(tmp_path, kind, on_disk):
 
 # ---------------------------------------------------------------- killed mid-save: a real process, SIGKILL
 
-WIDTH, RING = 512, 12_000   # 12,000 rows of ~1.1 KB: 13 MB, 4 chunks
+WIDTH, RING, SIDE = 512, 12_000, 84   # rows of ~1.1 KB: 13 MB, 4 chunks; frames 84x84, a quarter as many: 5 chunks
+STORAGES = ('memory', 'disk', 'frames')   # a ring in memory, a ring on disk, a FrameStorage on disk
 
 
-def generation_sizes(gens:int) -> np.ndarray:
-    "How many transitions the child writes before each of its saves."
-    return 1500 + (np.arange(gens) * 737) % 3000
+def generation_sizes(gens:int, storage:str) -> np.ndarray:
+    "How many transitions the child writes before each of its saves (a FrameStorage writes slower: a quarter)."
+    return (1500 + (np.arange(gens) * 737) % 3000) // (4 if storage == 'frames' else 1)
 
 
-def child(where:str, on_disk:str):
+def frame_transitions(start:int, n:int) -> dict:
+    "Transitions `start`.. along one chain of frames: frame `i` is all `i % 251`, transition `w` stacks frames w..w+3."
+    values = (np.arange(start, start + n + 4) % 251).astype(np.uint8)
+    frames = np.broadcast_to(values[:, None, None], (n + 4, SIDE, SIDE))
+    stacks = np.lib.stride_tricks.sliding_window_view(frames, 4, axis=0).transpose(0, 3, 1, 2)
+    w = np.arange(start, start + n)
+    return dict(state=stacks[:n], next_state=stacks[1:], action=w % 3, reward=w.astype(np.float32),
+                terminated=np.zeros(n, bool), w=w)
+
+
+def make_storage(storage:str, d:Path, seed:int=0):
+    "A prioritized buffer of `RING` transitions in the `storage` of `STORAGES` (on disk: in `d`)."
+    if storage == 'frames': return PrioritizedReplayBuffer(bs=8, seed=seed, storage=FrameStorage(RING // 4, path=d))
+    return make('prioritized', RING, d if storage == 'disk' else None, seed)
+
+
+def fill_storage(buf, start:int, n:int):
+    "`fill` for a ring (rows `WIDTH` wide), or the same with `frame_transitions` for a FrameStorage."
+    if not isinstance(buf.storage, FrameStorage): return fill(buf, start, n, WIDTH)
+    data = frame_transitions(start, n)
+    slots = buf.extend(**data)
+    buf.update_priorities(slots, td_of(data['w']))
+
+
+def check_storage(buf, n_added:int):
+    "`check_holds` for a ring; for a FrameStorage the rows, each stack rebuilt from its frames, and the priorities."
+    if not isinstance(buf.storage, FrameStorage): return check_holds(buf, n_added, WIDTH)
+    assert buf.storage.n_added == n_added and buf.storage.n_valid == len(buf)
+    w = expected_writes(n_added, buf.max_sz)
+    rows = buf.memory[:]
+    assert np.array_equal(rows.w.numpy(), w)
+    stacks = (w[:, None] + np.arange(4)) % 251
+    assert np.array_equal(rows.state.numpy()[:, :, 0, 0], stacks)
+    assert np.array_equal(rows.next_state.numpy()[:, :, -1, -1], (stacks + 1) % 251)
+    assert np.allclose(buf.priorities[:len(w)], td_of(w) + buf.eps)
+
+
+def child(where:str, storage:str):
     "Fill a prioritized buffer, save, and keep adding and saving until killed; print each save's count when done."
     d = Path(where)
-    buf = make('prioritized', RING, d if on_disk == 'disk' else None)
+    buf = make_storage(storage, d)
     n = 0
-    for k in generation_sizes(10_000):
+    for k in generation_sizes(10_000, storage):
         for part in np.array_split(np.arange(n, n + k), 5):   # on disk, kills land between these writes too
-            fill(buf, int(part[0]), len(part), WIDTH)
+            fill_storage(buf, int(part[0]), len(part))
         n += int(k)
         buf.save(d)
         print(n, flush=True)
 
 
-def killed_trial(d:Path, on_disk:bool, rng) -> tuple[int, int, bool]:
+def killed_trial(d:Path, storage:str, rng) -> tuple[int, int, bool]:
     "Run `child`, SIGKILL it at a random moment after its first save; return (last reported save, loaded, journaled)."
-    proc = subprocess.Popen([sys.executable, __file__, str(d), 'disk' if on_disk else 'memory'], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, __file__, str(d), storage], stdout=subprocess.PIPE,
                             text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     reported = [int(proc.stdout.readline())]   # a first save exists
     time.sleep(rng.uniform(0, 1.5))
@@ -330,23 +421,24 @@ def killed_trial(d:Path, on_disk:bool, rng) -> tuple[int, int, bool]:
     out, _ = proc.communicate()
     reported += [int(x) for x in out.split()]
     journaled = any((d / JOURNAL).glob('*.npy'))
-    fresh = make('prioritized', RING, d if on_disk else None)
+    fresh = make_storage(storage, d, seed=1)
     fresh.load(d)
     return reported[-1], fresh, journaled
 
 
-@pytest.mark.parametrize('on_disk', [False, True])
-def test_killed_mid_save_leaves_one_save(tmp_path, on_disk):
+@pytest.mark.parametrize('storage', STORAGES)
+def test_killed_mid_save_leaves_one_save(tmp_path, storage):
     """A process saving (and, on disk, writing) in a loop is killed at random moments: the directory then loads as
     exactly one of its saves, the last it reported or the one it was making, rows, counters and priorities alike."""
-    rng, saves = np.random.default_rng(0), np.cumsum(generation_sizes(10_000))
+    rng, saves = np.random.default_rng(0), np.cumsum(generation_sizes(10_000, storage))
     trial = journaled = 0
     while trial < 3 or not journaled and trial < 8:   # more trials until one was killed with undo copies pending
         d = tmp_path / f'trial{trial}'
-        last, fresh, journal = killed_trial(d, on_disk, rng)
+        last, fresh, journal = killed_trial(d, storage, rng)
         n = fresh.storage.n_added
         assert n in saves and n >= last and np.searchsorted(saves, n) <= np.searchsorted(saves, last) + 1, (n, last)
-        check_holds(fresh, n, WIDTH)
+        check_storage(fresh, n)
+        assert not list(d.glob('*.tmp')) and not list((d / JOURNAL).glob('*')), sorted(os.listdir(d))   # tidied
         fresh.sample()
         del fresh
         shutil.rmtree(d)
@@ -361,17 +453,19 @@ def rss_mb() -> float:
 
 
 def test_ring_on_disk_larger_than_memory(tmp_path):
-    """A ring on disk of ~48 GB (a sparse file, more than this machine's memory): write a few thousand rows, sample,
-    save in place, load into a fresh buffer (it maps the file), sample again; resident memory grows by a few MB."""
+    """A ring on disk of 48 GB, or 1.25x this machine's memory if more (a sparse file, larger than the memory): write a
+    few thousand rows, sample, save in place, load into a fresh buffer (it maps the file), sample again; resident
+    memory grows by a few MB."""
     d = tmp_path / 'big'
     try:
         rss0 = rss_mb()
-        max_sz = 48_000_000_000 // 2128   # 2 KB of frames a row (state and next state) and the small fields
+        ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+        max_sz = int(max(48e9, 1.25 * ram)) // 2128   # rows of 2 KB of frames (state and next state) and small fields
         buf = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d))
         for start in range(0, 4000, 1000): buf.extend(**transitions(start, 1000, width=1024))
         (name,) = files(d)
         size = (d / name).stat().st_size
-        assert size > os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') and size > 40e9, size
+        assert size > ram and size > 40e9, (size, ram)
         assert (d / name).stat().st_blocks * 512 < 100e6   # sparse: only written pages use disk
         batch = buf.sample()
         assert np.array_equal(batch.state.numpy()[:, 0], (batch.w.numpy() % 251).astype(np.uint8))
