@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
-from .store import NO_GUARD, DiskArrays, read_whole
+from .store import NO_GUARD, DiskArrays, read_rows
 from .memory import (step_columns, packed_dtype, RingStorage, schema_of, check_lengths, check_columns,
                                check_schema, check_saved_count, FieldWriter)
 
@@ -372,7 +372,10 @@ class FrameStorage:
         self.rows = self.stack_shape = None
         self._safe = self._safe_frames = NO_GUARD
         if not arrays: return
-        if self.disk is None: arrays = {n: read_whole(a) for n, a in arrays.items()}
+        if self.disk is None:   # the rows written, not the zeros after them
+            kept = {n: min(n_added if n in ('rows', *ROW_LINKS) else int(meta['n_frames']), len(a))
+                    for n, a in arrays.items()}
+            arrays = {n: read_rows(a, kept[n]) for n, a in arrays.items()}
         elif not all(self.disk.holds(a) for a in arrays.values()):
             arrays = {n: self.disk.copy(n, a) for n, a in arrays.items()}
         rows, frames = arrays['rows'], arrays['frames']

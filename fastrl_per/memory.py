@@ -14,7 +14,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor, feedback_arrays, annealed_beta
 from .checks import check_int, save_atomically
-from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, read_whole
+from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, read_rows
 from .state import Stateful, check_keys, check_version
 
 
@@ -424,7 +424,7 @@ class RingStorage:
         if not arrays: return
         rows = arrays['rows']
         columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}
-        if self.disk is None: rows = read_whole(rows)
+        if self.disk is None: rows = read_rows(rows, min(n_added, self.max_sz))   # not the zeros after them
         elif not self.disk.holds(rows): rows = self.disk.copy('rows', rows)
         self._allocate(columns, rows)
         self.saved()

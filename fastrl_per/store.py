@@ -11,7 +11,7 @@ import torch
 
 # %% auto #0
 __all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'fits', 'sync_dir', 'SavedArrays', 'new_file', 'read_whole', 'DiskArrays',
+           'random_access', 'write_npy', 'fits', 'sync_dir', 'SavedArrays', 'new_file', 'read_rows', 'DiskArrays',
            'check_save_id', 'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
@@ -157,12 +157,13 @@ def new_file(name:str) -> str:
     return f'{name}.{uuid.uuid4().hex[:12]}.npy'
 
 # %% ../nbs/03a_store.ipynb #2e173e75
-def read_whole(a:np.memmap) -> np.ndarray:
-    "The memory-mapped array `a` read into memory in one pass (no second copy, no mapped pages kept)."
-    out = np.empty(a.shape, a.dtype)
+def read_rows(a:np.memmap, rows:int|None=None) -> np.ndarray:
+    ("The memory-mapped array `a` in memory: its first `rows` rows (None: all) read in one pass (no second copy, no "
+     "mapped pages kept), the rest zeros, which take no memory until written (a ring's unwritten rows).")
+    out = np.zeros(a.shape, a.dtype)
     with open(a.filename, 'rb') as f:
         f.seek(a.offset)
-        f.readinto(memoryview(out).cast('B'))
+        f.readinto(memoryview(out[:rows]).cast('B'))
     return out
 
 class DiskArrays:

@@ -272,7 +272,8 @@ def test_incremental_save_writes_only_the_chunks_passed(tmp_path, on_disk):
 
 def test_first_save_writes_the_rows_written(tmp_path):
     """A first save of a ring that holds 1,000 of its 200,000 rows writes those rows, not the zeros after them: the
-    file has the ring's full size, but as a hole the file system reads as zeros; it loads equal to the buffer."""
+    file has the ring's full size, but as a hole the file system reads as zeros; loaded into memory, it reads the
+    1,000 rows (a resumed Atari run would otherwise take the whole 7 GB ring into memory) and equals the buffer."""
     buf = make('prioritized', 200_000)
     fill(buf, 0, 1_000, width=512)
     before = io_written()
@@ -283,7 +284,10 @@ def test_first_save_writes_the_rows_written(tmp_path):
     assert (tmp_path / name).stat().st_size >= 200_000 * row            # the ring's whole length
     assert written < 1_000 * row + (tmp_path / STATE_FILE).stat().st_size + 1_000_000, (written, 1_000 * row)
     assert (tmp_path / name).stat().st_blocks * 512 < 10 * 1_000 * row   # allocated: about the rows written
-    fresh = make('prioritized', 200_000, seed=1); fresh.load(tmp_path)
+    fresh = make('prioritized', 200_000, seed=1)
+    before = rss_mb()
+    fresh.load(tmp_path)   # reads the 1,000 rows into memory; the zeros after them take none until written
+    assert (rss_mb() - before) * 1e6 < 50 * 1_000 * row, (rss_mb() - before, 200_000 * row / 1e6)
     check_holds(fresh, 1_000, width=512)
     assert np.array_equal(fresh.storage.rows, buf.storage.rows)
 
