@@ -81,6 +81,7 @@ import torch
 from fastrl_per.core import SimpleStep
 from fastrl_per.frames import FrameStorage
 from fastrl_per.memory import ReplayBuffer
+from fastrl_per.store import SavedArrays
 from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.learner import Learner
 from fastrl_per.cli import main
@@ -111,7 +112,8 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     checkpoint = torch.load(out / 'checkpoint.pt', weights_only=True)
     config = checkpoint['config']
     assert (config['bs'], config['train_every'], config['target_every'], config['lr'], config['eps_decay_steps']) == (32, 4, 2_500, 6.25e-5, 1_000_000)
-    replay = checkpoint['replay']
+    replay = SavedArrays(out / 'replay').read()   # the replay is saved beside checkpoint.pt, which names the save
+    assert checkpoint['replay'] is None and checkpoint['replay_save'] == replay['save_id']
     assert (config['max_sz'], config['warmup'], replay['kind'], replay['storage']) == (250, 60, 'PrioritizedReplayBuffer', 'FrameStorage')
     assert 'conv' not in str(checkpoint['model'].keys()) and 'features.0.weight' in checkpoint['model']  # the Nature network
     rows = metric_rows(out)

@@ -143,7 +143,7 @@ def test_a_learner_checkpoint_keeps_weight_norm_and_one_from_before_runs_with_bu
     assert (state['config']['weight_norm'], state['replay']['weight_norm']) == ('batch', 'batch')
     again = Learner(**state['config']); again.load_state_dict(state)
     assert again.replay.weight_norm == 'batch'
-    old = dict(state, config={k: v for k, v in state['config'].items() if k != 'weight_norm'},
+    old = dict(state, version=5, config={k: v for k, v in state['config'].items() if k != 'weight_norm'},
                replay={k: v for k, v in state['replay'].items() if k != 'weight_norm'})
     upgraded = upgrade_checkpoint(old)
     assert upgraded['config']['weight_norm'] == 'buffer'
