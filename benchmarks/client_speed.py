@@ -13,7 +13,8 @@ observations, a discrete action), in a buffer of 10,000 (CleanRL's `dqn.py` defa
   `terminated=False`); SB3 takes arrays with a leading env axis, so its row wraps the numbers as its users do;
 - `extend` of 1 and of 8 rows from a vector env of 1 and of 8 envs (numpy: float32 obs, int64 actions, float64
   rewards, bool terminations); tianshou takes them in a `VectorReplayBuffer` of as many sub-buffers;
-- `add` of torch tensors (a policy's output; CPU here): libraries that store numpy get `.numpy()` first;
+- `add` of torch tensors (a policy's output: on the CPU, or on `--device`, e.g. a GPU): libraries that store numpy get
+  `.cpu().numpy()` first;
 - `sample` of 128, reading what a loss reads (the five fields, and the weights of the prioritized ones);
 - a CleanRL-shaped loop, per env step: a `CartPole-v1` step of a 1-env vector env (its own env for each
   buffer), the `extend`/`add` of that row, and a sample of 128 every 10 steps.
@@ -43,16 +44,22 @@ GOALS = [('one PER add ≤ 0.5× cpprb PER', 0, 'ours PER', 'cpprb PER', 0.5),
          ('uniform sample ≤ 0.5× SB3', 4, 'ours', 'SB3', 0.5)]
 
 
-def data(rng):
-    "`ROWS` transitions in the forms users hold: single rows (numbers, arrays, tensors) and vector-env blocks of 1 and 8."
+def data(rng, device='cpu'):
+    """`ROWS` transitions in the forms users hold: single rows (numbers, arrays, tensors on `device`, as a policy there
+    gives them) and vector-env blocks of 1 and 8."""
     obs = rng.standard_normal((ROWS + 8, OBS)).astype(np.float32)
     act, rew, done = rng.integers(0, 2, ROWS + 8), rng.random(ROWS + 8), rng.random(ROWS + 8) < 0.05
     single = [(obs[i], int(act[i]), float(rew[i]), obs[i + 1], bool(done[i])) for i in range(ROWS)]
-    tensors = [(torch.from_numpy(o), torch.tensor(a), torch.tensor(r, dtype=torch.float32), torch.from_numpy(o2),
-                torch.tensor(d)) for o, a, r, o2, d in single]
+    on = lambda x, **kw: torch.as_tensor(x, **kw).to(device)
+    tensors = [(on(o), on(a), on(r, dtype=torch.float32), on(o2), on(d)) for o, a, r, o2, d in single]
     block = lambda k: [(obs[i:i + k], act[i:i + k], rew[i:i + k], obs[i + 1:i + k + 1], done[i:i + k])
                        for i in range(ROWS)]
     return dict(single=single, tensors=tensors, one=block(1), eight=block(8))
+
+
+def host(t:torch.Tensor) -> np.ndarray:
+    "A tensor as numpy, the way users of a numpy buffer write it: `.cpu()` (a no-op on the host), then `.numpy()`."
+    return t.cpu().numpy()
 
 
 def reader(*names):
@@ -86,8 +93,8 @@ def sb3():
         return dict(add=lambda o, a, r, o2, d: rb.add(o[None], o2[None], np.array([a]), np.array([r]), np.array([d]),
                                                       infos),
                     extend=lambda O, A, R, O2, D: rb.add(O, O2, A, R, D, infos),
-                    torch=lambda o, a, r, o2, d: rb.add(o.numpy()[None], o2.numpy()[None], a.numpy()[None],
-                                                        r.numpy()[None], d.numpy()[None], infos),
+                    torch=lambda o, a, r, o2, d: rb.add(host(o)[None], host(o2)[None], host(a)[None],
+                                                        host(r)[None], host(d)[None], infos),
                     sample=lambda: read(rb.sample(BS)))
     return make, ops
 
@@ -102,8 +109,8 @@ def cpprb_(per):
         sample = (lambda: read(rb.sample(BS, 0.4))) if per else (lambda: read(rb.sample(BS)))
         return dict(add=lambda o, a, r, o2, d: rb.add(obs=o, act=a, rew=r, next_obs=o2, done=d),
                     extend=lambda O, A, R, O2, D: rb.add(obs=O, act=A, rew=R, next_obs=O2, done=D),
-                    torch=lambda o, a, r, o2, d: rb.add(obs=o.numpy(), act=a.numpy(), rew=r.numpy(),
-                                                        next_obs=o2.numpy(), done=d.numpy()),
+                    torch=lambda o, a, r, o2, d: rb.add(obs=host(o), act=host(a), rew=host(r),
+                                                        next_obs=host(o2), done=host(d)),
                     sample=sample)
     return make, ops
 
@@ -121,7 +128,7 @@ def tianshou_(per):
         return dict(add=one,
                     extend=lambda O, A, R, O2, D: rb.add(Batch(obs=O, act=A, rew=R, terminated=D, truncated=D & False,
                                                                obs_next=O2, info={})),
-                    torch=lambda o, a, r, o2, d: one(o.numpy(), a.numpy(), r.numpy(), o2.numpy(), d.numpy()),
+                    torch=lambda o, a, r, o2, d: one(host(o), host(a), host(r), host(o2), host(d)),
                     sample=lambda: read(rb.sample(BS)[0]))
     return make, ops
 
@@ -187,13 +194,14 @@ def main(argv=None):
     ap.add_argument('--target-ms', type=float, default=40., help='about how long one timing of one library lasts')
     ap.add_argument('--quick', action='store_true', help='smoke run: 3 rounds of short timings')
     ap.add_argument('--only', nargs='*', help='libraries to time (default: all that import)')
+    ap.add_argument('--device', default='cpu', help="where the tensors of 'add (torch tensors)' live (a policy's)")
     args = ap.parse_args(argv)
     if args.quick: args.repeats, args.target_ms = 3, 8.
     torch.set_num_threads(1)
-    d = data(np.random.default_rng(0))
+    d = data(np.random.default_rng(0), args.device)
     print(f"command: `{shlex.join(['python', *sys.argv])}`")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; "
+          f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}; tensors on {args.device}; "
           f"{args.repeats} rounds, ~{args.target_ms:g} ms a timing\n")
     calls, skipped = {}, {}
     for name in args.only or LIBRARIES:

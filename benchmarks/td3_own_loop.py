@@ -7,6 +7,9 @@ Run from the repository root:
     python benchmarks/td3_own_loop.py --replays uniform proportional lap   # LAP beside them (its Huber critics)
     python benchmarks/td3_own_loop.py --env-steps 3000 --seeds 0   # a smoke run
     python benchmarks/td3_own_loop.py --peers          # the loop's buffer lines in cpprb and torchrl: run and counted
+    python benchmarks/td3_own_loop.py --env HalfCheetah-v5 --env-steps 100000 --start-steps 25000 --lr 3e-4 \
+        --eval-every 5000 --replays uniform proportional lap --runs cheetah.jsonl   # LAP's paper's settings (mujoco)
+    python benchmarks/td3_own_loop.py --env HalfCheetah-v5 --table-only cheetah.jsonl   # the table of runs made
 
 Each run is `fastrl_per.td3.td3` with its defaults, the same for both buffers (nothing is tuned
 for either): every `--eval-every` env steps the greedy policy plays 10 episodes, and the table
@@ -20,7 +23,7 @@ cpprb and torchrl are benchmark-only packages (`pip install --no-deps cpprb`, `p
 not dependencies; a library that is not importable is reported as skipped.
 """
 from __future__ import annotations
-import argparse, inspect, time
+import argparse, inspect, json, time
 import numpy as np
 import torch
 from fastrl_per.td3 import td3
@@ -95,35 +98,61 @@ def peers():
             anneal(i / 19)
         print(f'| {name} | {count} | yes |')
 
+def table(rows:list, env:str, goal:float|None):
+    "The markdown table of `rows` (one dict per run, as `--runs` holds them), and how many seeds reached `goal`."
+    steps = {r['env_steps'] for r in rows}
+    print(f"\n## TD3 on {env}, {'/'.join(f'{s:,}' for s in sorted(steps))} env steps, greedy mean return over 10 "
+          f"episodes" + ('' if goal is None else f" (goal >= {goal:.0f})") + '\n')
+    print('| seed | replay | first env step at goal | best | last | CPU s |')
+    print('|---|---|---|---|---|---|')
+    for r in rows:
+        curve = r['curve']
+        reached = None if goal is None else next((s for s, v in curve if v >= goal), None)
+        at = '—' if reached is None else f'{reached:,}'
+        print(f"| {r['seed']} | {r['replay']} | {at} | {max(v for _, v in curve):.1f} | {curve[-1][1]:.1f} | "
+              f"{r['cpu_s']:.0f} |")
+    if goal is None: return
+    for kind in dict.fromkeys(r['replay'] for r in rows):
+        runs = [r for r in rows if r['replay'] == kind]
+        ok = [r for r in runs if any(v >= goal for _, v in r['curve'])]
+        print(f'\n{kind}: reached the goal on {len(ok)} of {len(runs)} seeds')
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    ap.add_argument('--env', default='Pendulum-v1', help='a gymnasium env with a Box action space')
     ap.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     ap.add_argument('--env-steps', type=int, default=20_000)
     ap.add_argument('--eval-every', type=int, default=1_000)
+    ap.add_argument('--start-steps', type=int, help="random actions first (default: td3's)")
+    ap.add_argument('--lr', type=float, help="Adam's learning rate for both networks (default: td3's)")
+    ap.add_argument('--device', help="where the networks learn (default: td3's, the CPU)")
     ap.add_argument('--replays', nargs='+', default=['proportional', 'uniform'], choices=['uniform', *KINDS],
                     help="the buffers: 'uniform', or a prioritized one of each kind named")
+    ap.add_argument('--runs', help='a file each finished run is appended to, one JSON line each')
+    ap.add_argument('--table-only', nargs='*', metavar='RUNS', help="print the table of these --runs files; run nothing")
     ap.add_argument('--peers', action='store_true', help="only run and count the loop's buffer lines in each library")
     args = ap.parse_args(argv)
     if args.peers: return peers()
+    goal = GOAL if args.env == 'Pendulum-v1' else None
+    if args.table_only is not None:
+        rows = [json.loads(line) for f in args.table_only for line in open(f) if line.strip()]
+        return table(rows, args.env, goal)
     torch.set_num_threads(1)
+    given = {k: v for k, v in dict(start_steps=args.start_steps, lr=args.lr, device=args.device).items()
+             if v is not None}
     rows = []
     for seed in args.seeds:
         for kind in args.replays:
             t0 = time.process_time()
             replay = dict(prioritized=False) if kind == 'uniform' else dict(prioritization=kind)
-            curve = td3(env_steps=args.env_steps, seed=seed, eval_every=args.eval_every, **replay)
-            reached = next((s for s, r in curve if r >= GOAL), None)
-            rows.append((seed, kind, reached, max(r for _, r in curve), curve[-1][1], time.process_time() - t0))
-            print(f'# seed {seed} {rows[-1][1]}: ' + ' '.join(f'{s}:{r:.0f}' for s, r in curve), flush=True)
-    print(f'\n## TD3 on Pendulum-v1, {args.env_steps:,} env steps, greedy mean return over 10 episodes '
-          f'(goal >= {GOAL:.0f})\n')
-    print('| seed | replay | first env step at goal | best | last | CPU s |')
-    print('|---|---|---|---|---|---|')
-    for seed, kind, reached, best, last, cpu in rows:
-        at = '—' if reached is None else f'{reached:,}'
-        print(f'| {seed} | {kind} | {at} | {best:.1f} | {last:.1f} | {cpu:.0f} |')
-    for kind in args.replays:
-        ok = [r for r in rows if r[1] == kind and r[2] is not None]
-        print(f'\n{kind}: reached the goal on {len(ok)} of {len(args.seeds)} seeds')
+            progress = lambda step, score: print(f'# {args.env} seed {seed} {kind} step {step} return {score:.1f} '
+                                                 f'cpu {time.process_time() - t0:.0f} s', flush=True)
+            curve = td3(args.env, env_steps=args.env_steps, seed=seed, eval_every=args.eval_every, on_eval=progress,
+                        **replay, **given)
+            rows.append(dict(env=args.env, seed=seed, replay=kind, env_steps=args.env_steps, **given,
+                             curve=curve, cpu_s=time.process_time() - t0))
+            if args.runs:
+                with open(args.runs, 'a') as f: f.write(json.dumps(rows[-1]) + '\n')
+    table(rows, args.env, goal)
 
 if __name__ == '__main__': main()

@@ -78,7 +78,8 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
         explore_noise:float=0.1, policy_noise:float=0.2, noise_clip:float=0.5, policy_delay:int=2,
         alpha:float|None=None, beta:float|None=None, # the buffer's exponents (None: the kind's); beta anneals to 1
         eval_every:int=1_000, eval_episodes:int=10, # greedy evaluation: every `eval_every` steps, over `eval_episodes`
-        device=None): # where the networks learn; None: the CPU
+        device=None, # where the networks learn; None: the CPU
+        on_eval=None): # called with `(env_steps, greedy mean return)` after each evaluation: progress on long runs
     "TD3 with a replay buffer in a plain loop; returns `[(env_steps, greedy mean return), ...]`."
     torch.manual_seed(seed)
     dev = torch.device(device or 'cpu')
@@ -97,7 +98,7 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
     for step in range(1, env_steps + 1):
         if step <= start_steps: act, noise = env.action_space.sample(), np.zeros(act_dim, np.float32)
         else:
-            with torch.no_grad(): act = actor(torch.as_tensor(obs, device=dev)).cpu().numpy()
+            with torch.no_grad(): act = actor(torch.as_tensor(obs, dtype=torch.float32, device=dev)).cpu().numpy()
             noise = (rng.normal(0, explore_noise, act_dim) * high).astype(np.float32)
             act = np.clip(act + noise, -high, high)
         next_obs, reward, terminated, truncated, _ = env.step(act)
@@ -121,6 +122,8 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
                 with torch.no_grad():
                     for net, tgt in ((actor, actor_target), (critics, critics_target)):
                         for p, tp in zip(net.parameters(), tgt.parameters()): tp.lerp_(p, tau)
-        if step % eval_every == 0: curve.append((step, greedy_return(actor, env_id, eval_episodes, seed + 10_000)))
+        if step % eval_every == 0:
+            curve.append((step, greedy_return(actor, env_id, eval_episodes, seed + 10_000)))
+            if on_eval is not None: on_eval(*curve[-1])
     env.close()
     return curve
