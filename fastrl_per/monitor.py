@@ -132,14 +132,20 @@ CLI_EXTRA = "pip install 'fastrl_per[cli]'"
 
 def require_cli_extra():
     ("A one-line `ValueError` naming the extra to install unless `train`'s progress bar, plot and TensorBoard "
-     "can be imported.")
-    missing = []
+     "can be imported; a package that is there but fails to import (one of its own dependencies missing) is named "
+     "with its error.")
+    missing, broken = [], []
     for name in ('fastprogress', 'matplotlib', 'tensorboard'):
         try: importlib.import_module(name)
-        except ImportError: missing.append(name)
+        except ImportError as e:
+            if e.name == name: missing.append(name)
+            else: broken.append(f"{name} ({type(e).__name__}: {e})")
     if missing:
         raise ValueError(f"train shows progress, plots and writes TensorBoard events with {', '.join(missing)}, "
                          f"which {'is' if len(missing) == 1 else 'are'} not installed: {CLI_EXTRA}")
+    if broken:
+        raise ValueError(f"train needs {'; '.join(broken)}, installed but failing to import: {CLI_EXTRA} "
+                         f"installs what {'it needs' if len(broken) == 1 else 'they need'}")
 
 def size_text(nbytes:float) -> str:
     "`nbytes` in the unit that fits: B, kB, MB or GB."

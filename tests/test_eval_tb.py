@@ -193,6 +193,30 @@ def test_box2d_missing_names_the_box2d_extra(tmp_path):
     assert not (tmp_path / 'run').exists()
 
 
+def test_fastprogress_missing_names_the_cli_extra(tmp_path):
+    done = run('train', '--out', tmp_path / 'run', command=without('fastprogress'))
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+    assert done.stderr.strip() == ("fastrl_per train: error: train shows progress, plots and writes TensorBoard events "
+                                   "with fastprogress, which is not installed: pip install 'fastrl_per[cli]'")
+    assert not (tmp_path / 'run').exists()
+
+
+def test_a_cli_package_failing_to_import_is_named_with_its_error(tmp_path):
+    "A fastprogress that is there but lacks a dependency of its own (as 1.1 without fasthtml) is not 'not installed'."
+    package = tmp_path / 'site' / 'fastprogress'
+    package.mkdir(parents=True)
+    (package / '__init__.py').write_text('import fastrl_per_test_missing_dependency\n')
+    path = os.pathsep.join(p for p in (str(tmp_path / 'site'), os.environ.get('PYTHONPATH')) if p)
+    done = subprocess.run([*COMMAND, 'train', '--out', str(tmp_path / 'run')], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=path))
+    assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "fastrl_per train: error: train needs fastprogress (ModuleNotFoundError: No module named "
+        "'fastrl_per_test_missing_dependency'), installed but failing to import: pip install 'fastrl_per[cli]' "
+        "installs what it needs")
+    assert not (tmp_path / 'run').exists()
+
+
 def test_ale_py_missing_names_the_atari_extra(tmp_path):
     done = run('train', '--env', 'ALE/Pong-v5', '--out', tmp_path / 'run', command=without('ale_py'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
