@@ -1,6 +1,7 @@
-"The learner protocol (`RunLearner`): the three learners implement it, and a new learner is one class, one registration in `LEARNERS` and this test."
+"""The learner protocol (`RunLearner`): the three learners implement it, and a new learner is one class, one
+registration in `LEARNERS` and this test."""
 from types import MappingProxyType
-import csv, contextlib
+import contextlib, csv, inspect
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,6 +26,11 @@ def test_the_three_learners_implement_the_protocol():
     assert [learner.describe() for learner in learners[:2]] == [None, None]   # in-process: nothing to say
     assert learners[0].start() is learners[0] and learners[2].workers() is learners[2]
     assert not isinstance(object(), RunLearner)
+    methods = [n for n, f in vars(RunLearner).items() if inspect.isfunction(f) and not n.startswith('_')]
+    assert len(methods) == 8
+    for cls, name in [(type(learner), n) for learner in learners for n in methods]:   # the protocol's arguments
+        assert list(inspect.signature(getattr(RunLearner, name)).parameters) == \
+               list(inspect.signature(getattr(cls, name)).parameters), (cls.__name__, name)
 
 
 # ---- a new learner: this class, one registration (`registered`), and the test after it ----
@@ -74,7 +80,8 @@ class TinyQ(Stateful):
                     replay_save=None, fresh_episodes="TinyQ does not save its env", **self.episodes.state_dict())
     def check_state(self, state:dict) -> dict:
         if state.get('config') != self.config: raise ValueError(f"checkpoint config {state.get('config')} differs")
-        return dict(state, episodes=self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns'])))
+        episodes = dict(env_steps=state['env_steps'], returns=state['returns'])
+        return dict(state, episodes=self.episodes.check_state(episodes))
     def assign(self, state:dict):
         self.model.load_state_dict(state['model']); self.episodes.assign(state['episodes'])
 
