@@ -28,9 +28,9 @@ from .store import SavedArrays, load_arrays
 from .checks import check_int, check_number
 
 # %% auto #0
-__all__ = ['DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardable', 'ReplayServer', 'require_ray', 'ray_get', 'where',
-           'ReplayLost', 'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts', 'join_shards',
-           'ReplayClient', 'check_apex_args', 'ApexRun', 'Batches']
+__all__ = ['APEX_BS', 'DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardable', 'ReplayServer', 'require_ray', 'ray_get',
+           'where', 'ReplayLost', 'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts',
+           'join_shards', 'ReplayClient', 'check_apex_args', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
@@ -57,9 +57,11 @@ def shardable(prioritization):
                          f"{[name for name, k in KINDS.items() if k.shardable]}")
     return prioritization
 
+APEX_BS = 64   # Ape-X's batch size: its learner's and each replay shard's default
+
 class ReplayServer:
     "One `PrioritizedReplayBuffer` behind the methods a replay actor (one shard of the replay) serves."
-    def __init__(self, max_sz:int=50_000, bs:int=64, alpha:float|None=None, beta:float|None=None, eps:float=EPS,
+    def __init__(self, max_sz:int=50_000, bs:int=APEX_BS, alpha:float|None=None, beta:float|None=None, eps:float=EPS,
                  seed:int|None=None, prioritization=PRIORITIZATION): # alpha, beta None: the kind's defaults
         # weights divided by the shard's least priority's: `join_shards` rescales them across shards
         self.buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
@@ -328,6 +330,7 @@ def check_apex_args(a:dict):
 class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
+    replay_nbytes = None   # what a run reads of a learner (`RunLearner`): the shards' size is not known here
     @delegates(dqn_args, but=['replay_storage'])   # its shards save in their own directories (`ReplayServer`)
     def __init__(self,
                  # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
@@ -335,7 +338,7 @@ class ApexRun(Stateful):
                  *, # the rest by keyword: a position would silently mean another argument
                  actors:int=2, # env-stepping actors
                  total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
-                 bs:int=64, # batch size
+                 bs:int=APEX_BS, # batch size
                  lr:float=5e-4, # Adam learning rate
                  alpha:float|None=None, # prioritization exponent; none: the kind's default
                  beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
@@ -514,6 +517,9 @@ class ApexRun(Stateful):
 
     def __enter__(self): return self.start()
     def __exit__(self, *exc): self.close()
+    def workers(self):
+        "The `with` block a run trains in (`RunLearner`): Ray and the actors run within, and end after it."
+        return self
 
     @property
     def timeout(self) -> float: return self.config['timeout']

@@ -11,7 +11,6 @@ from .train import train, evaluate, RunInterrupted
 from .factories import learner_classes
 from .priorities import KINDS
 from .atari import ID_DEFAULTS
-from .apex import ApexRun
 from .learner import RUN_PLACED
 
 # %% auto #0
@@ -88,15 +87,16 @@ def function_flags(group, func, names=None):
 
 # %% ../nbs/08_cli.ipynb #ae6b8a10
 def learner_arguments() -> dict:
-    ("Every argument of the learners' `__init__` (and Ape-X's own): its type, its comment and its default in each "
-     "model that takes it.")
+    ("Every argument of the registered learners' `__init__` (`LEARNERS`; of Ape-X's, its own): its type, its comment "
+     "and its default in each model that takes it.")
     arguments, own = {}, set(inspect.signature(train).parameters)   # train's own flags (--actors) are not a learner's
-    for model, cls in [*learner_classes().items(), ('--actors', ApexRun)]:
+    for model, cls in learner_classes(models=False).items():
         hints, docs = typing.get_type_hints(cls.__init__), docments(cls.__init__)
         for name, p in inspect.signature(cls.__init__).parameters.items():
             skip = name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name in own
             if skip or name in RUN_PLACED: continue   # train's flags; what the run gives (its replay's directory)
-            if model == '--actors' and name in arguments: continue   # Ape-X adds only flags of its own
+            # a learner a flag chooses (Ape-X: --actors) adds only flags of its own
+            if model.startswith('--') and name in arguments: continue
             arg = arguments.setdefault(name, dict(hint=hints.get(name, str), doc=docs.get(name) or '', defaults={}))
             arg['defaults'][model] = p.default
     return arguments

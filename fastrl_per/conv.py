@@ -5,27 +5,28 @@
 # %% ../nbs/06c_conv.ipynb #8be51477
 from __future__ import annotations
 import torch
+from functools import partial
 from torch import nn
 from .checks import check_int
+from .dqn import q_head
 
 # %% auto #0
-__all__ = ['conv_out', 'add_heads', 'q_values', 'NatureQNetwork', 'MinAtarQNetwork']
+__all__ = ['conv_out', 'mlp', 'nest_dueling_keys', 'NatureQNetwork', 'MinAtarQNetwork']
 
 # %% ../nbs/06c_conv.ipynb #8ca06e3e
 def conv_out(size:int, kernel:int, stride:int) -> int:
     "Side of a convolution's output over `size` pixels (no padding)."
     return (size - kernel) // stride + 1
 
-def add_heads(net:nn.Module, mlp):
-    "Give `net` its Q-value head, or with `net.dueling` a value and an advantage head, each `mlp(outputs)`."
-    if net.dueling: net.value, net.advantage = mlp(1), mlp(net.n_actions)
-    else: net.head = mlp(net.n_actions)
+def mlp(n_in:int, n_out:int, hidden:int) -> nn.Sequential:
+    "A hidden layer of `hidden` ReLU units from `n_in` features to `n_out` outputs: a conv network's head (or stream)."
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
 
-def q_values(net:nn.Module, x:torch.Tensor) -> torch.Tensor:
-    "The Q-values `net`'s heads give for features `x`: value + advantage - mean advantage when dueling."
-    if not net.dueling: return net.head(x)
-    advantage = net.advantage(x)
-    return net.value(x) + advantage - advantage.mean(-1, keepdim=True)
+def nest_dueling_keys(module:nn.Module, state_dict:dict, prefix:str, *args):
+    ("A load hook: a conv network's state dict from before its dueling streams were one `DuelingHead` (`value.*`, "
+     "`advantage.*` beside `features.*`) renamed in place to today's keys (`head.value.*`, `head.advantage.*`).")
+    for key in [k for k in state_dict if k.startswith((prefix + 'value.', prefix + 'advantage.'))]:
+        state_dict[prefix + 'head.' + key[len(prefix):]] = state_dict.pop(key)
 
 class NatureQNetwork(nn.Module):
     "The Nature DQN network over `in_frames` stacked frames; `dueling` gives it the value/advantage head."
@@ -38,16 +39,16 @@ class NatureQNetwork(nn.Module):
         check_int('in_frames', in_frames); check_int('n_actions', n_actions)
         check_int('frame_size', frame_size, low=36)
         side = conv_out(conv_out(conv_out(frame_size, 8, 4), 4, 2), 3, 1)
-        self.dueling, self.n_actions = dueling, n_actions
         self.features = nn.Sequential(nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(),
                                       nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
                                       nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
-        add_heads(self, lambda n_out: nn.Sequential(nn.Linear(64 * side * side, 512), nn.ReLU(), nn.Linear(512, n_out)))
+        self.head = q_head(64 * side * side, n_actions, dueling, partial(mlp, hidden=512))
+        self.register_load_state_dict_pre_hook(nest_dueling_keys)   # checkpoints of older dueling networks
 
     def forward(self, frames:torch.Tensor) -> torch.Tensor:
         ("Q-values `(batch, n_actions)` of a batch of frame stacks `(batch, in_frames, side, side)` holding pixel "
          "values 0-255.")
-        return q_values(self, self.features(frames.float() / 255))
+        return self.head(self.features(frames.float() / 255))
 
 # %% ../nbs/06c_conv.ipynb #cf725365
 class MinAtarQNetwork(nn.Module):
@@ -59,11 +60,10 @@ class MinAtarQNetwork(nn.Module):
                  side:int=10): # grids are `side`×`side`
         super().__init__()
         check_int('channels', channels); check_int('n_actions', n_actions); check_int('side', side, low=3)
-        self.dueling, self.n_actions = dueling, n_actions
         self.features = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
-        cells = 16 * conv_out(side, 3, 1) ** 2
-        add_heads(self, lambda n_out: nn.Sequential(nn.Linear(cells, 128), nn.ReLU(), nn.Linear(128, n_out)))
+        self.head = q_head(16 * conv_out(side, 3, 1) ** 2, n_actions, dueling, partial(mlp, hidden=128))
+        self.register_load_state_dict_pre_hook(nest_dueling_keys)   # checkpoints of older dueling networks
 
     def forward(self, grids:torch.Tensor) -> torch.Tensor:
         "Q-values `(batch, n_actions)` of a batch of grids `(batch, side, side, channels)` (bool or 0/1)."
-        return q_values(self, self.features(grids.float().permute(0, 3, 1, 2)))
+        return self.head(self.features(grids.float().permute(0, 3, 1, 2)))

@@ -27,7 +27,7 @@ from .checks import check_int, check_number
 from .nstep import nstep_discount
 
 # %% auto #0
-__all__ = ['DuelingHead', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ',
+__all__ = ['DuelingHead', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ',
            'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
            'checked_steps', 'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
            'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore',
@@ -35,13 +35,18 @@ __all__ = ['DuelingHead', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
-    "Q = V + A - mean(A) over shared features (Wang et al. 2016): a state's value is learned once, for every action."
-    def __init__(self, in_features:int, n_actions:int):
+    ("Q = V + A - mean(A) over shared features (Wang et al. 2016): a state's value is learned once, for every action. "
+     "`layer(in_features, n_out)` makes each stream: a linear layer, or the conv networks' MLP.")
+    def __init__(self, in_features:int, n_actions:int, layer=nn.Linear):
         super().__init__()
-        self.value, self.advantage = nn.Linear(in_features, 1), nn.Linear(in_features, n_actions)
+        self.value, self.advantage = layer(in_features, 1), layer(in_features, n_actions)
     def forward(self, x):
         advantage = self.advantage(x)
         return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
+
+def q_head(in_features:int, n_actions:int, dueling:bool=False, layer=nn.Linear) -> nn.Module:
+    "A Q-network's last part over `in_features` features: `layer(in_features, n_actions)`, or a `DuelingHead` of two."
+    return DuelingHead(in_features, n_actions, layer) if dueling else layer(in_features, n_actions)
 
 class OneHot(nn.Module):
     ("Observations of a `Discrete(n)` space, integers, as one-hot float vectors of size `n` (as SB3 encodes them): "
@@ -59,7 +64,7 @@ class QNetwork(nn.Sequential):
                  one_hot:bool=False):
         check_int('obs_dim', obs_dim); check_int('n_actions', n_actions); check_int('hidden', hidden)
         def block(n_in): return [nn.Linear(n_in, hidden), *([nn.LayerNorm(hidden)] if layer_norm else []), nn.ReLU()]
-        head = DuelingHead(hidden, n_actions) if dueling else nn.Linear(hidden, n_actions)
+        head = q_head(hidden, n_actions, dueling)   # made first: a seed gives the networks it gave before
         super().__init__(*([OneHot(obs_dim)] if one_hot else []), *block(obs_dim), *block(hidden), head)
 
 # %% ../nbs/05c_dqn.ipynb #407fd29b

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import inspect
 from pathlib import Path
+from types import MappingProxyType
 import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
 from .learner import Learner
@@ -13,11 +14,11 @@ from .recurrent_learner import RecurrentLearner
 from .apex import ApexRun, require_ray, DEPLOYMENT
 from .atari import id_defaults
 from .envs import check_env_id
-from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR
+from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
 from .checks import check_int
 
 # %% auto #0
-__all__ = ['BOX2D_EXTRA', 'check_env_dependencies', 'learner_classes', 'placed', 'build_learner', 'restore_learner',
+__all__ = ['BOX2D_EXTRA', 'LEARNERS', 'check_env_dependencies', 'learner_classes', 'placed', 'build_learner', 'restore_learner',
            'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
 
 # %% ../nbs/07c_factories.ipynb #96b5e691
@@ -34,19 +35,23 @@ def check_env_dependencies(env_id):
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07c_factories.ipynb #41235744
-def learner_classes() -> dict:
-    "The learners a run can use, by their `model` name."
-    return dict(mlp=Learner, recurrent=RecurrentLearner)
+# every learner a run can use (a `RunLearner`), registered here and nowhere else: by its `model` name, or for Ape-X
+# by '--actors', the flag that chooses it (`train`'s `actors`, with the mlp model). Their signatures make the flags.
+LEARNERS = MappingProxyType({'mlp': Learner, 'recurrent': RecurrentLearner, '--actors': ApexRun})
+
+def learner_classes(models:bool=True) -> dict:
+    "The registered learners (`LEARNERS`) that a `model` name chooses; `models=False`: all of them, by their keys."
+    return {k: cls for k, cls in LEARNERS.items() if not (models and k.startswith('--'))}
 
 def placed(cls, replay_dir) -> dict:
     "What a run gives a learner of class `cls` besides its config (`RUN_PLACED`): `replay_dir`, if it takes one."
     takes = replay_dir is not None and 'replay_dir' in inspect.signature(cls).parameters
     return dict(replay_dir=Path(replay_dir)) if takes else {}
 
-def build_learner(state:dict, replay_dir=None, **deployment) -> Learner:
+def build_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
     ("A new learner of the kind and config a checkpoint was written by, its state not loaded; `replay_dir`: its "
      "replay's directory; `deployment`: where an Ape-X run runs now.")
-    classes = {cls.__name__: cls for cls in [*learner_classes().values(), ApexRun]}
+    classes = {cls.__name__: cls for cls in learner_classes(models=False).values()}
     if state.get('learner') not in classes:
         raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
@@ -54,7 +59,7 @@ def build_learner(state:dict, replay_dir=None, **deployment) -> Learner:
     try: return cls(**{**state['config'], **deployment, **placed(cls, replay_dir)})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
 
-def restore_learner(state:dict, replay_dir=None, **deployment) -> Learner:
+def restore_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
     ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
      "`replay_dir`); `deployment`: where an Ape-X run runs now.")
     learner = build_learner(state, replay_dir, **deployment)
@@ -63,7 +68,7 @@ def restore_learner(state:dict, replay_dir=None, **deployment) -> Learner:
 
 def new_learner(model:str,
                 replay_dir=None, # the run's replay directory, for a learner that keeps one
-                **config) -> Learner:
+                **config) -> RunLearner:
     ("A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); "
      "a `ValueError` naming an argument it does not take.")
     if model not in learner_classes():
@@ -82,7 +87,7 @@ def env_defaults(env_id, config:dict, params) -> dict:
     defaults = id_defaults(env_id, config.get('total_steps'))
     return {k: v for k, v in defaults.items() if k in params and k not in config}
 
-def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[Learner, dict, list[str]]:
+def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[RunLearner, dict, list[str]]:
     ("The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only. A "
      "checkpoint a crash interrupted is settled first (`settle_checkpoint`).")
     settled = settle_checkpoint(run_dir)
@@ -115,4 +120,4 @@ def apex_class(model:str) -> type:
     if model != 'mlp': raise ValueError(f"`actors` trains the mlp Q-network (Ape-X), not model={model!r}")
     try: require_ray()
     except ImportError as e: raise ValueError(str(e)) from None
-    return ApexRun
+    return learner_classes(models=False)['--actors']

@@ -36,7 +36,7 @@ __all__ = ['CHECKPOINT_VERSION', 'RUN_PLACED', 'CHECKPOINT_KEYS', 'torch_threads
            'observations', 'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #b857fabc
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 @contextmanager
 def torch_threads(threads:int|None):
@@ -120,6 +120,9 @@ class Learner(Stateful):
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
     # the n-step stage, the background collector and the replay's directory, for learners that have them
     nstep = collector = replay_dir = None
+    # what a run reads of a learner (`RunLearner`) that this one lacks: the bytes of a replay it does not size (a
+    # `RecurrentLearner`'s), where workers outside this process run (none do)
+    replay_nbytes = placement = None
 
     @delegates(dqn_args)
     def __init__(self,
@@ -239,6 +242,11 @@ class Learner(Stateful):
         if self.collector is not None: self.collector.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
+
+    # a run's hooks (`RunLearner`): no workers to start before its files, to hold while it trains, or to describe
+    def start(self): return self
+    def workers(self): return nullcontext()
+    def describe(self, resumed:bool=False) -> str|None: return None
 
     @property
     def saves_replay(self) -> bool:

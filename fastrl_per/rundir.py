@@ -12,18 +12,54 @@ import numpy as np
 import torch
 import fastrl_per
 from . import __version__
-from .learner import Learner, upgrade_checkpoint
+from contextlib import AbstractContextManager
+from typing import Iterator, Protocol, runtime_checkable
+import torch.nn as nn
+from .dqn import EpisodeReturns
+from .learner import upgrade_checkpoint
 from .atari import make_env, defaults_source
 from .checks import save_atomically, write_atomically
 from .store import SavedArrays, STATE_FILE
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'is_run', 'check_new_run_dir',
+__all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'RunLearner', 'is_run', 'check_new_run_dir',
            'remove_orphans', 'share_mode', 'save_checkpoint', 'replay_saves', 'settle_checkpoint', 'load_checkpoint',
            'read_metrics', 'episode_rows', 'keep_metrics_until', 'RunMismatchWarning', 'installed_version',
            'git_revision', 'cpu_model', 'software', 'machine', 'space_shapes', 'now', 'start_manifest',
            'write_manifest', 'read_manifest', 'manifest_differences', 'save_best', 'confirmed_return', 'load_best',
            'save_run']
+
+# %% ../nbs/07a_rundir.ipynb #b45b5be5
+@runtime_checkable
+class RunLearner(Protocol):
+    ("What a run (its directory, `train`'s loop, the command) reads of a learner. `config` holds every argument it "
+     "was made with, by name (run.json keeps it; a resumed run rebuilds it from them): at least `env_id`, `seed` and "
+     "`total_steps`.")
+    config: dict
+    episodes: EpisodeReturns   # `env_steps`, `returns` (env step, return), `recent(n)`: progress and the summary
+    agent: object   # plays evaluations (`greedy_returns`): its `model`, `model_input(states)`, maybe `new_episodes`
+    model: nn.Module   # the online network: best.pt keeps it, `evaluate` plays it, run.json names its device
+    replay: object   # its replay: TensorBoard's replay scalars read a prioritized buffer's `prioritizer`
+    replay_nbytes: int|None   # bytes the replay takes once full (None: not known): run.json, the progress line
+    placement: dict|None   # where its workers outside this process run (run.json's `ray`); None or {}: none
+
+    def iterate(self, steps:int) -> Iterator[dict]:
+        "A metrics row (`frame`, `loss`, `epsilon`, `beta`; `weight`) per update over the next `steps` env steps."
+    def stop(self):
+        "End `iterate` after the env step in progress."
+    def start(self):
+        "Start what runs outside this process before the run writes a file; a no-op for an in-process learner."
+    def workers(self) -> AbstractContextManager:
+        "The `with` block the run trains in: what runs outside this process ends after it."
+    def describe(self, resumed:bool=False) -> str|None:
+        "A line for the run's summary on its workers (`resumed`: what a resume started afresh); None: nothing to say."
+    def state_dict(self, replay_save:str|None=None) -> dict:
+        ("Its whole state as plain data, `learner` (its class's name), `config`, `env_steps` and `replay_save` among "
+         "it: the id `save_replay` saves the replay under, or None with the replay inside.")
+    def load_state_dict(self, state:dict):
+        "Restore `state_dict()`, checked whole first."
+    def save_replay(self, save_id:str) -> str:
+        "Save the replay beside the checkpoint as `save_id` (called when `state_dict` named a save)."
 
 # %% ../nbs/07a_rundir.ipynb #bb8d6905
 RUN_FILES = ('run.json', 'checkpoint.pt', 'best.pt', 'metrics.csv', 'plot.png')
@@ -65,7 +101,7 @@ def share_mode(run_dir:Path):
         if p.is_file() and p.stat().st_mode & 0o777 != mode: p.chmod(mode)
 
 # %% ../nbs/07a_rundir.ipynb #65f02be0
-def save_checkpoint(run_dir:Path, learner:Learner):
+def save_checkpoint(run_dir:Path, learner:RunLearner):
     ("Write `learner`'s checkpoint.pt and, if it saves its replay as a directory, the replay in `run_dir/replay`, "
      "as a pair: the checkpoint goes to checkpoint.next.pt first, naming the replay save to come, and replaces "
      "checkpoint.pt once that save is made. A crash anywhere leaves a pair (`settle_checkpoint`).")
@@ -165,7 +201,7 @@ def software() -> dict:
     return dict(fastrl_per=__version__, git=git_revision(), python=platform.python_version(),
                 packages={name: installed_version(name) for name in KEY_PACKAGES})
 
-def machine(learner:Learner) -> dict:
+def machine(learner:RunLearner) -> dict:
     "Where and how `learner` computes: device, backend, dtype, torch's build, threads, CPU."
     param = next(learner.model.parameters())
     backend = f"cuda {torch.version.cuda}" if param.device.type == 'cuda' else param.device.type
@@ -181,7 +217,7 @@ def space_shapes(env_id:str) -> dict:
 
 def now() -> str: return datetime.now(timezone.utc).isoformat(timespec='seconds')
 
-def start_manifest(learner:Learner, previous:dict|None=None) -> dict:
+def start_manifest(learner:RunLearner, previous:dict|None=None) -> dict:
     "The manifest of a run (leg) starting now, continuing `previous` for a resumed run."
     previous = previous or {}
     leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.env_steps)
@@ -217,7 +253,7 @@ def manifest_differences(manifest:dict|None) -> list[str]:
     return lines
 
 # %% ../nbs/07a_rundir.ipynb #382db04e
-def save_best(run_dir:Path, learner:Learner, frame:int, update:int, score:float, episodes:int, seed:int,
+def save_best(run_dir:Path, learner:RunLearner, frame:int, update:int, score:float, episodes:int, seed:int,
               confirmed:float|None=None, # the mean over these `episodes` and `confirm_episodes` more (None: `score`)
               confirm_episodes:int=0): # the episodes after them (seeds `seed + episodes`, ...) that confirmed it
     "Write `learner`'s network and how it was evaluated to `run_dir/best.pt`, atomically."
@@ -241,12 +277,12 @@ def load_best(run_dir) -> dict|None:
         raise ValueError(f"{str(path)!r} is not a fastrl_per best network")
     return best
 
-def save_run(run_dir:Path, learner:Learner, manifest:dict, updates:int, ended:bool=False):
+def save_run(run_dir:Path, learner:RunLearner, manifest:dict, updates:int, ended:bool=False):
     "Write the checkpoint (and the replay), then the manifest with how far the run got; all files get one mode."
     save_checkpoint(run_dir, learner)
     manifest.update(env_steps=learner.episodes.env_steps, updates=updates, episodes=len(learner.episodes.returns),
                     updated=now())
-    if getattr(learner, 'placement', None): manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
+    if learner.placement: manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran
     if ended: manifest['ended'] = manifest['legs'][-1]['ended'] = manifest['updated']
     write_manifest(run_dir, manifest)
     share_mode(run_dir)

@@ -4,20 +4,19 @@
 
 # %% ../nbs/07d_train.ipynb #1dada101
 from __future__ import annotations
-import contextlib, copy, csv, math, os, shlex, signal, sys, threading, warnings
+import copy, csv, math, os, shlex, signal, sys, threading, warnings
 from pathlib import Path
 import numpy as np
 import torch
 import gymnasium as gym
-from .learner import Learner
-from .apex import ApexRun, ReplayLost
+from .apex import ReplayLost
 from .atari import make_env
 from .envs import check_env_id
 from .checks import check_int, check_number
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
                                load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
                                save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR,
-                               episode_rows)
+                               episode_rows, RunLearner)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, build_learner, resume_learner
 
@@ -56,7 +55,7 @@ def solved_threshold(env_id:str, solved:float|None) -> float|None:
     check_number('solved', solved)
     return solved or None
 
-def open_run(out, resume, model, config, check=None) -> tuple[Learner, Path, dict, int, list[str]]:
+def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, dict, int, list[str]]:
     ("The learner, run directory, previous manifest, update count and notes of a new or resumed run; "
      "`check(learner)` may refuse it. Nothing is written for a refused one.")
     if resume is None:
@@ -124,7 +123,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
         raise ValueError(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
                          f"({seed} to {seed + total}); choose one outside them")
 
-def evaluate_greedily(learner:Learner, episodes:int, seed:int) -> float:
+def evaluate_greedily(learner:RunLearner, episodes:int, seed:int) -> float:
     ("Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and "
      "carried state stay as they are.")
     return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
@@ -139,11 +138,11 @@ class BestNetwork:
         # the kept network's mean over its evaluation and confirming episodes
         self.confirmed = -math.inf if best is None else confirmed_return(best)
 
-    def evaluate(self, learner:Learner) -> float:
+    def evaluate(self, learner:RunLearner) -> float:
         "The mean return of `learner`'s network over the evaluation's episodes."
         return evaluate_greedily(learner, self.episodes, self.seed)
 
-    def confirm(self, learner:Learner, score:float) -> float|None:
+    def confirm(self, learner:RunLearner, score:float) -> float|None:
         ("The mean over the evaluation (`score`) and `confirm_episodes` more if `score` beats the kept network's "
          "mean; None if it does not.")
         if score <= self.confirmed: return None
@@ -161,9 +160,9 @@ class BestNetwork:
 class TrainLoop:
     ("A run's loop: pulls `learner`'s rows leg by leg, writes metrics rows, TensorBoard points and checkpoints, "
      "evaluates greedily.")
-    def __init__(self, learner, run_dir:Path, manifest:dict, updates:int, threshold:float|None, eval_every:int,
-                 eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int, checkpoint_every:int,
-                 notes:list[str]):
+    def __init__(self, learner:RunLearner, run_dir:Path, manifest:dict, updates:int, threshold:float|None,
+                 eval_every:int, eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int,
+                 checkpoint_every:int, notes:list[str]):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
         self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
         self.updates, self.threshold = updates, threshold
@@ -253,9 +252,8 @@ class TrainLoop:
         learner = self.learner
         save_run(self.run_dir, learner, self.manifest, self.updates)
         self.bar = Progress(self.total, learner.episodes.env_steps) if progress else None
-        # Ray runs within, before the signals
-        workers = learner if isinstance(learner, ApexRun) else contextlib.nullcontext()
-        with workers, StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
+        # Ape-X's Ray runs within, before the signals
+        with learner.workers(), StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
             self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.manifest.get('tb_pending'))
             try:
                 while not self.ending and self.stop.signum is None and learner.episodes.env_steps < self.total:
@@ -270,7 +268,8 @@ class TrainLoop:
                     metrics.score_last(self.evaluate(metrics.last['row']['frame'], metrics.last['update']))
             finally: self.board.close()
         if self.bar: self.bar.close(learner.episodes.env_steps)
-        if isinstance(learner, ApexRun): self.notes.append(learner.describe(resumed=resumed))
+        described = learner.describe(resumed=resumed)   # where its workers ran (Ape-X's actors)
+        if described: self.notes.append(described)
         self.manifest['tb_pending'] = self.board.pending()
         save_run(self.run_dir, learner, self.manifest, self.updates, ended=self.stop.signum is None)
         plot_metrics(self.run_dir)
@@ -322,11 +321,11 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
-        if isinstance(learner, ApexRun): learner.start()   # Ray, actors before any file: a failed start writes none
+        learner.start()   # Ape-X's Ray and actors, before any file: a failed start writes none
     learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
     manifest = start_manifest(learner, previous)
     if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
-    if hasattr(learner, 'replay_nbytes'):
+    if learner.replay_nbytes is not None:
         manifest['replay_bytes'] = learner.replay_nbytes
         if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
                                       f"{size_text(learner.replay_nbytes)} once full\n")

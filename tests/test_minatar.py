@@ -38,6 +38,22 @@ PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_en
              max_grad_norm=None)
 
 
+def test_a_dueling_checkpoint_with_the_keys_before_one_dueling_head_loads():
+    "Before #42 the conv networks held their dueling streams as `value.*`/`advantage.*` beside `features.*`."
+    learner = Learner('MinAtar/Breakout-v1', seed=0, total_steps=300, bs=8, max_sz=300, warmup=50, dueling=True)
+    learner.fit(100)
+    state = learner.state_dict()
+    assert any(k.startswith('head.value.') for k in state['model'])
+    old = {k: ({n.removeprefix('head.'): t for n, t in v.items()} if k in ('model', 'target_model') else v)
+           for k, v in state.items()}
+    assert any(k.startswith('value.') for k in old['model']) and not any(k.startswith('head.') for k in old['model'])
+    again = Learner('MinAtar/Breakout-v1', seed=0, total_steps=300, bs=8, max_sz=300, warmup=50, dueling=True)
+    again.load_state_dict(old)
+    for a, b in [(learner.model, again.model), (learner.core.target_model, again.core.target_model)]:
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert len(again.fit(50)) == 50   # and trains on
+
+
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
     assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 1_000_000
