@@ -403,7 +403,7 @@ class Priorities:
                td_errors, # float64 finite signed TD errors, one per key
                written:bool=False): # the caller has just written `keys` and sends their first priorities: no stale rule
         "Store |td| + eps for `keys` (the last repeat wins); updates for keys rewritten since their draw are dropped."
-        prios = np.abs(td_errors) + self.eps
+        prios = np.asarray(np.abs(td_errors) + self.eps, np.float64)   # a copy only if the errors were not float64
         if not len(prios): return
         if self._alpha > 1:   # only a power above 1 overflows a finite priority: numpy would warn before our error
             with np.errstate(over='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, self._alpha)
