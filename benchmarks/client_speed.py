@@ -62,11 +62,11 @@ def host(t:torch.Tensor) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def reader(*names):
-    "Read `names` of a sampled batch (attributes or keys), as a loss does."
-    def read(batch):
-        for n in names: batch[n] if isinstance(batch, dict) or hasattr(batch, 'keys') else getattr(batch, n)
-    return read
+def reader(*names, keyed:bool=False):
+    ("Read `names` of a sampled batch as a loss does: by key (a dict, a `Batch`, a `TensorDict`) or by attribute. "
+     "Which one is fixed per library, not probed on every read (a `hasattr` probe costs a failed lookup per field).")
+    if keyed: return lambda batch: [batch[n] for n in names]
+    return lambda batch: [getattr(batch, n) for n in names]
 
 
 def ours(per):
@@ -105,7 +105,7 @@ def cpprb_(per):
     make = (lambda envs: cpprb.PrioritizedReplayBuffer(N, spec, alpha=0.6, eps=1e-6)) if per else \
         (lambda envs: cpprb.ReplayBuffer(N, spec))
     def ops(rb):
-        read = reader('obs', 'act', 'rew', 'next_obs', 'done', *(['weights'] if per else []))
+        read = reader('obs', 'act', 'rew', 'next_obs', 'done', *(['weights'] if per else []), keyed=True)
         sample = (lambda: read(rb.sample(BS, 0.4))) if per else (lambda: read(rb.sample(BS)))
         return dict(add=lambda o, a, r, o2, d: rb.add(obs=o, act=a, rew=r, next_obs=o2, done=d),
                     extend=lambda O, A, R, O2, D: rb.add(obs=O, act=A, rew=R, next_obs=O2, done=D),
@@ -121,7 +121,7 @@ def tianshou_(per):
     def make(envs=None):
         if envs is None: return PrioritizedReplayBuffer(N, alpha=0.6, beta=0.4) if per else ReplayBuffer(N)
         return PrioritizedVectorReplayBuffer(N, envs, alpha=0.6, beta=0.4) if per else VectorReplayBuffer(N, envs)
-    read = reader('obs', 'act', 'rew', 'obs_next', 'terminated', *(['weight'] if per else []))
+    read = reader('obs', 'act', 'rew', 'obs_next', 'terminated', *(['weight'] if per else []), keyed=True)
     def ops(rb):
         one = lambda o, a, r, o2, d: rb.add(Batch(obs=o, act=a, rew=r, terminated=d, truncated=False, obs_next=o2,
                                                   info={}))
@@ -139,7 +139,7 @@ def torchrl_(per):
     make = (lambda envs: TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, eps=1e-6, storage=LazyTensorStorage(N),
                                                            batch_size=BS)) if per else \
         (lambda envs: TensorDictReplayBuffer(storage=LazyTensorStorage(N), batch_size=BS))
-    read = reader('obs', 'action', 'reward', 'next_obs', 'done', *(['_weight'] if per else []))
+    read = reader('obs', 'action', 'reward', 'next_obs', 'done', *(['_weight'] if per else []), keyed=True)
     t = torch.as_tensor
     def ops(rb):
         one = lambda o, a, r, o2, d: rb.add(TensorDict(obs=o, action=a, reward=r, next_obs=o2, done=d))

@@ -10,6 +10,7 @@ from operator import attrgetter
 from pathlib import Path
 import numpy as np
 import torch
+from numba import njit
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor, feedback_arrays, annealed_beta
@@ -22,8 +23,8 @@ from .state import Stateful, check_keys, check_version
 __all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
            'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
            'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
-           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'ReplayBuffer',
-           'ExperienceReplay']
+           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
+           'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -253,8 +254,9 @@ class RingStorage:
     def _hold(self, rows:np.ndarray|None):
         "Keep `rows`, and the same memory as raw records for `gather` (numpy copies a record of fields field by field)."
         self.rows, self._records = rows, None if rows is None else rows.view(np.dtype((np.void, rows.dtype.itemsize)))
+        self._cols = None if rows is None else {n: rows[n] for n in rows.dtype.names}   # each field's view, made once
 
-    def __getstate__(self): return {k: v for k, v in vars(self).items() if k != '_records'}   # a view: remade
+    def __getstate__(self): return {k: v for k, v in vars(self).items() if k not in ('_records', '_cols')}   # views
     def __setstate__(self, state): self.__dict__.update(state); self._hold(self.rows)
 
     def _allocate(self, columns:dict, rows:np.ndarray|None=None):
@@ -268,6 +270,9 @@ class RingStorage:
         self.layout = unflatten_fields({n: n for n in columns})
         self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
         self.writer = FieldWriter(self.schema)   # keyword writes
+        blank = np.zeros(1, rows.dtype)   # one row of the writer's defaults: a batch of keywords starts from it
+        for n, v in self.writer.defaults.items(): blank[n] = v
+        self._blank = blank.view(self._records.dtype)[0]   # as raw bytes: numpy copies it in one go, not field by field
         self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
         self._signature = self._small = None
 
@@ -306,7 +311,7 @@ class RingStorage:
         got = None if self.rows is None else self.writer.columns(fields, batch)
         if got is None: return None
         out, k = got
-        if k > 1: return self._put(out, k)
+        if k > 1: return self._put(out, k, self.writer.defaults)
         row = [out[n] for n in self.rows.dtype.names]
         if self.n_added >= self._safe: self._guard(1)
         slot = self.n_added % self.max_sz
@@ -314,18 +319,23 @@ class RingStorage:
         self.n_added += 1
         return np.array([slot])
 
-    def _put(self, columns:dict, k:int) -> np.ndarray:
-        "Write `k` checked rows (a 0-d value fills every row) at the ring's head; return their slots."
+    def _put(self, columns:dict, k:int, defaults:dict|None=None) -> np.ndarray:
+        ("Write `k` checked rows (a 0-d value fills every row) at the ring's head; return their slots. The columns "
+         "holding `defaults`' own arrays (a `FieldWriter`'s) are written at once: the rows start as the blank record.")
         skip = max(0, k - self.max_sz)   # a batch longer than the ring keeps its newest max_sz rows
         start, n = (self.n_added + skip) % self.max_sz, k - skip
         head = min(n, self.max_sz - start)  # rows before the ring wraps
         if self.n_added + k > self._safe: self._guard(k)
-        rows = self.rows
+        records, cols = self._records, self._cols
+        if defaults is not None:
+            records[start:start + head] = self._blank
+            if head < n: records[:n - head] = self._blank
         for name, a in columns.items():
+            if defaults is not None and a is defaults.get(name): continue
             if a.ndim and (skip or head < n): a, rest = a[skip:skip + head], a[skip + head:]
             else: rest = a
-            rows[name][start:start + head] = a
-            if head < n: rows[name][:n - head] = rest
+            cols[name][start:start + head] = a
+            if head < n: cols[name][:n - head] = rest
         self.n_added += k
         slots = np.arange(start, start + n)
         return slots if head == n else slots % self.max_sz
@@ -538,6 +548,33 @@ def buffer_storage(max_sz:int|None, schema:dict|None, storage):
     if storage.n_added: raise ValueError(f"the {name} given already holds {storage.n_added} steps: give an empty one")
     return storage
 
+@njit(cache=True)
+def _first_distinct(uniforms, n:int, k:int):
+    ("The first `k` distinct ints `floor(u * n)` of `uniforms` (in [0, 1)) in their order, or all of them if fewer: "
+     "an open hash set.")
+    size = 2
+    while size < 2 * len(uniforms): size *= 2
+    table, out, j = np.full(size, -1, np.int64), np.empty(k, np.int64), 0
+    for u in uniforms:
+        v = min(np.int64(u * n), n - 1)   # u * n can round up to n
+        h = (v * 2654435761) & (size - 1)
+        while table[h] >= 0 and table[h] != v: h = (h + 1) & (size - 1)
+        if table[h] == v: continue
+        table[h], out[j] = v, v
+        j += 1
+        if j == k: break
+    return out[:j]
+
+def distinct_draw(rng:np.random.Generator, n:int, k:int) -> np.ndarray:
+    ("`k` distinct ints in [0, n), every such draw (and order) equally likely (to within n / 2**53). For k <= n/4, "
+     "the first k distinct of a few more than k uniform draws `floor(u * n)` (about 3 µs: `rng.choice(n, k, "
+     "replace=False)` takes 7 to 12, `rng.integers` alone 6); otherwise, or if those held too many repeats, "
+     "`rng.choice`.")
+    if 4 * k <= n:
+        got = _first_distinct(rng.random(k + 2 * k * k // n + 8), n, k)
+        if len(got) == k: return got
+    return rng.choice(n, size=k, replace=False)
+
 class ReplayBuffer(BufferCore):
     "Transitions kept in a storage (a `RingStorage` unless given one), sampled uniformly in distinct slots."
     schema_version = 1
@@ -641,7 +678,7 @@ class ReplayBuffer(BufferCore):
         "Hook: the slots and importance weights of one batch; here distinct sampleable slots, weights all one."
         n = self.storage.n_valid
         if bs > n: raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {n} sampleable ones")
-        return self.storage.valid_slots(self.rng.choice(n, size=bs, replace=False)), np.ones(bs, np.float32)
+        return self.storage.valid_slots(distinct_draw(self.rng, n, bs)), np.ones(bs, np.float32)
 
     def sample(self,
                bs:int|None=None, # batch size; None: the buffer's `bs`

@@ -14,9 +14,9 @@ from .checks import check_int, check_number
 from .state import check_keys
 
 # %% auto #0
-__all__ = ['EPS', 'WEIGHT_NORM', 'WEIGHT_NORMS', 'KINDS', 'PRIORITIZATION', 'STATE_SCALARS', 'STATE_ARRAYS', 'annealed_beta',
-           'check_weight_norm', 'PriorityKind', 'Proportional', 'RankHeap', 'LAP', 'kind_class', 'kind_defaults',
-           'kind_settings', 'Priorities', 'feedback_arrays', 'check_tensor', 'PriorityKnobs']
+__all__ = ['EPS', 'WEIGHT_NORM', 'WEIGHT_NORMS', 'KINDS', 'PRIORITIZATION', 'KEYED', 'STATE_SCALARS', 'STATE_ARRAYS',
+           'annealed_beta', 'check_weight_norm', 'PriorityKind', 'Proportional', 'RankHeap', 'LAP', 'kind_class',
+           'kind_defaults', 'kind_settings', 'Priorities', 'feedback_arrays', 'check_tensor', 'PriorityKnobs']
 
 # %% ../nbs/04b_priorities.ipynb #207a63ed
 def annealed_beta(beta0:float, fraction:float, final:float=1.0) -> float:
@@ -89,12 +89,21 @@ class Proportional(PriorityKind):
         total = self.sums.total
         if not (math.isfinite(total) and total > 0):
             raise ValueError(f"the total priority must be positive and finite, got {total!r}")
-        return self.sums.find_unchecked((np.arange(bs) + rng.random(bs)) * (total / bs))
+        return self.sums.find_strata(rng.random(bs))
 
     def draw(self, rng, bs, alpha, beta, weight_norm):
         keys, leaves = self.find(rng, bs)
-        least = leaves.min() if weight_norm == 'batch' else self.sums.min   # the leaf of the largest weight
-        return keys, ((leaves / least) ** -beta).astype(np.float32)        # = (N·P(i))^-β / (N·P_least)^-β
+        least = -1. if weight_norm == 'batch' else self.sums.min   # the leaf of the largest weight; -1: the batch's
+        return keys, _importance(leaves, least, beta)
+
+@njit(cache=True)
+def _importance(leaves, least, beta):
+    ("float32 weights (leaf / least) ** -beta, i.e. (N·P(i))^-β / (N·P_least)^-β, of a batch's leaves; `least` < 0: "
+     "the batch's smallest leaf. One pass, no temporaries.")
+    if least < 0: least = leaves.min()
+    out = np.empty(len(leaves), np.float32)
+    for k in range(len(leaves)): out[k] = (leaves[k] / least) ** -beta
+    return out
 
 # %% ../nbs/04b_priorities.ipynb #b5ab7919
 @njit(cache=True)
@@ -248,6 +257,15 @@ def kind_settings(prioritization, alpha:float|None=None, beta:float|None=None) -
     alpha, beta = kind_defaults(prioritization, alpha, beta)
     return dict(prioritization=kind_class(prioritization).name, alpha=alpha, beta=beta)
 
+KEYED = np.dtype([('raw', np.float64), ('writes', np.int32), ('sampled_at', np.int32)])   # what a core keeps per key
+
+@njit(cache=True)
+def _remember(keys, keyed):
+    "Each drawn key's write count, for the stale rule: `sampled_at[keys] = writes[keys]` in one pass."
+    for k in range(len(keys)):
+        at = keyed[keys[k]]
+        at.sampled_at = at.writes
+
 class Priorities:
     "Raw priorities |td| + eps of `capacity` int keys, their leaves in a `PriorityKind` (the `tree`), and the draw."
     ceiling = 1e300          # the largest leaf: max_capacity leaves sum to a finite float64
@@ -272,11 +290,16 @@ class Priorities:
         self.tree = self.kind(capacity)                    # the leaves, made from the raw priorities
         self.capacity, self.max_priority, self.stale_rule = int(capacity), 1.0, stale_rule
         self.weight_norm = weight_norm
-        self.raw = np.zeros(capacity)                      # |td| + eps of each key; 0: holds nothing
+        self.keyed = np.zeros(capacity, KEYED)             # raw, writes, sampled_at of each key: one 16-byte record
+        self.sampled_at[:] = -1
         self.active = np.zeros(capacity, bool)             # keys whose leaf is in the tree; the others hold 0
-        self.writes = np.zeros(capacity, np.int32)         # how many times each key was (re)written
-        self.sampled_at = np.full(capacity, -1, np.int32)  # `writes` of the key when it was last drawn (-1: never)
         self._stale_dropped = 0                            # updates the stale rule dropped
+
+    # Views of `keyed`: an update reads and writes a key's three in one cache line, not in three arrays
+    raw = property(lambda self: self.keyed['raw'], doc="|td| + eps of each key; 0: holds nothing.")
+    writes = property(lambda self: self.keyed['writes'], doc="How many times each key was (re)written.")
+    sampled_at = property(lambda self: self.keyed['sampled_at'],
+                          doc="`writes` of each key when it was last drawn (-1: never).")
 
     prioritization = property(lambda self: self.tree.name, doc="The kind's name, as `KINDS` and states give it.")
 
@@ -290,10 +313,13 @@ class Priorities:
         prios = np.asarray(prios, np.float64)
         with np.errstate(over='ignore', under='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, alpha)
         if len(leaves) and not leaves.max() <= self.ceiling:   # also true for NaN
-            p = prios[~(leaves <= self.ceiling)][0]
-            raise ValueError(f"{what} {float(p):.6g} ** alpha={alpha!r} overflows: every p ** alpha must stay "
-                             f"at most {self.ceiling:g}, so that the total priority is finite")
+            raise self._overflow(prios[~(leaves <= self.ceiling)][0], alpha, what)
         return leaves
+
+    def _overflow(self, p, alpha:float, what:str='priority') -> ValueError:
+        "The error for a priority `p` whose leaf under `alpha` would be above `ceiling`."
+        return ValueError(f"{what} {float(p):.6g} ** alpha={alpha!r} overflows: every p ** alpha must stay "
+                          f"at most {self.ceiling:g}, so that the total priority is finite")
 
     @property
     def stale_dropped(self) -> int:
@@ -369,7 +395,7 @@ class Priorities:
     def draw(self, rng:np.random.Generator, bs:int):
         "`bs` keys drawn by the kind, and their float32 importance weights; each remembers its write count."
         keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.weight_norm)
-        self.sampled_at[keys] = self.writes[keys]
+        _remember(keys, self.keyed)
         return keys, weights
 
     def update(self,
@@ -377,11 +403,14 @@ class Priorities:
                td_errors, # float64 finite signed TD errors, one per key
                written:bool=False): # the caller has just written `keys` and sends their first priorities: no stale rule
         "Store |td| + eps for `keys` (the last repeat wins); updates for keys rewritten since their draw are dropped."
-        prios = np.abs(td_errors) + self.eps
+        prios = np.asarray(np.abs(td_errors) + self.eps, np.float64)   # a copy only if the errors were not float64
         if not len(prios): return
-        leaves = self.leaves_of(prios)   # a `ValueError` naming a priority whose leaf would overflow
-        keys, leaves, stale, top = _fresh_updates(keys.copy(), prios, leaves, written, self.raw, self.active,
-                                                  self.writes, self.sampled_at)
+        if self._alpha > 1:   # only a power above 1 overflows a finite priority: numpy would warn before our error
+            with np.errstate(over='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, self._alpha)
+        else: leaves = self.tree.leaves(prios, self._alpha)
+        keys, leaves, stale, top, bad = _fresh_updates(keys, prios, leaves, self.ceiling, written, self.keyed,
+                                                       self.active)
+        if bad >= 0: raise self._overflow(prios[bad], self._alpha)   # checked before anything was stored
         self._stale_dropped += stale
         if not len(keys): return
         self.tree.update_unchecked(keys, leaves)   # checked above; repeats in call order, the last wins
@@ -447,20 +476,26 @@ def _first_bad(keys, errors, stored):
     return -1
 
 @njit(cache=True)
-def _fresh_updates(keys, prios, leaves, written, raw, active, writes, sampled_at):
+def _fresh_updates(keys, prios, leaves, ceiling, written, keyed, active):
     """Store `prios` as the raw priorities of `keys` in call order (the last repeat wins), but for keys written since
-    their draw (unless `written`); the keys that took their update with their leaves (0 out of the draw), the number
-    dropped, and the largest priority stored."""
+    their draw (unless `written`): the keys that took their update with their leaves (0 out of the draw), the number
+    dropped, the largest priority stored and -1. If a leaf is above `ceiling` (or NaN), nothing is stored, and the
+    last value is its position."""
+    fresh, kept = np.empty_like(keys), np.empty_like(leaves)
+    for k in range(len(leaves)):
+        if not leaves[k] <= ceiling: return fresh[:0], kept[:0], 0, 0., k
     j = 0
     for k in range(len(keys)):
         key = keys[k]
-        if written or sampled_at[key] < 0 or sampled_at[key] == writes[key]:
-            raw[key] = prios[k]
-            keys[j], leaves[j] = key, leaves[k] if active[key] else 0.   # j <= k: packed in place
+        at = keyed[key]   # the key's record (`KEYED`): raw, writes, sampled_at
+        if written or at.sampled_at < 0 or at.sampled_at == at.writes:
+            at.raw = prios[k]
+            fresh[j], kept[j] = key, leaves[k] if active[key] else 0.
             j += 1
     top = 0.
-    for k in range(j): top = max(top, raw[keys[k]])   # a repeat's last value only
-    return keys[:j], leaves[:j], len(prios) - j, top
+    for k in range(j): top = max(top, keyed[fresh[k]].raw)   # a repeat's last value only
+    return fresh[:j], kept[:j], len(prios) - j, top, -1
+
 
 def _paired(idxs, errors, names, column:bool) -> tuple:
     "`feedback_arrays`' shapes when not two 1-d arrays of one length: (B,) and (B, 1) if `column`, else an error."

@@ -74,6 +74,13 @@ def _descend(S, n, u):
     for k in range(len(u)): values[k], node[k] = S[node[k]], node[k] - n
     return node, values
 
+@njit(cache=True)
+def _descend_strata(S, n, r):
+    "`_descend` of one prefix sum in each of `len(r)` equal segments of the total, the fraction `r[k]` into segment k."
+    width, u = S[1] / len(r), np.empty(len(r))
+    for k in range(len(r)): u[k] = (k + r[k]) * width
+    return _descend(S, n, u)
+
 # %% ../nbs/04_sumtree.ipynb #44966f75
 def checked_leaves(idxs, values, capacity:int) -> tuple:
     "`idxs` (int64) and `values` (float64) as 1-d arrays of one length, indices in [0, capacity), values finite, >= 0."
@@ -175,6 +182,11 @@ class SumTree:
     def find_unchecked(self, u):
         "`find` without its checks, for float64 `u` known to lie in [0, total]: the leaves and their values."
         return _descend(self._sum, self._n, u)
+
+    def find_strata(self, r):
+        ("A stratified draw given its uniforms: for each of `len(r)` equal segments of a positive total, the leaf "
+         "the fraction `r[k]` (in [0, 1)) into segment k reaches, and its value (unchecked, as `find_unchecked`).")
+        return _descend_strata(self._sum, self._n, r)
 
     def state_dict(self):
         "The capacity and a copy of the leaves."
