@@ -9,7 +9,7 @@ Run from the repository root:
     python benchmarks/td3_own_loop.py --peers          # the loop's buffer lines in cpprb and torchrl: run and counted
     python benchmarks/td3_own_loop.py --env HalfCheetah-v5 --env-steps 100000 --start-steps 25000 --lr 3e-4 \
         --eval-every 5000 --replays uniform proportional lap --runs cheetah.jsonl   # LAP's paper's settings (mujoco)
-    python benchmarks/td3_own_loop.py --env HalfCheetah-v5 --table-only cheetah.jsonl   # the table of runs made
+    python benchmarks/td3_own_loop.py --table-only cheetah.jsonl   # the table of the runs a file holds
 
 Each run is `fastrl_per.td3.td3` with its defaults, the same for both buffers (nothing is tuned
 for either): every `--eval-every` env steps the greedy policy plays 10 episodes, and the table
@@ -133,10 +133,11 @@ def main(argv=None):
     ap.add_argument('--peers', action='store_true', help="only run and count the loop's buffer lines in each library")
     args = ap.parse_args(argv)
     if args.peers: return peers()
-    goal = GOAL if args.env == 'Pendulum-v1' else None
     if args.table_only is not None:
         rows = [json.loads(line) for f in args.table_only for line in open(f) if line.strip()]
-        return table(rows, args.env, goal)
+        env = ' and '.join(dict.fromkeys(r['env'] for r in rows))   # the runs' own env, not --env
+        return table(rows, env, GOAL if env == 'Pendulum-v1' else None)
+    goal = GOAL if args.env == 'Pendulum-v1' else None
     torch.set_num_threads(1)
     given = {k: v for k, v in dict(start_steps=args.start_steps, lr=args.lr, device=args.device).items()
              if v is not None}
