@@ -5,22 +5,17 @@
 # %% ../nbs/06c_conv.ipynb #8be51477
 from __future__ import annotations
 import torch
-from functools import partial
 from torch import nn
 from .checks import check_int
-from .dqn import q_head
+from .dqn import q_head, mlp
 
 # %% auto #0
-__all__ = ['conv_out', 'mlp', 'nest_dueling_keys', 'NatureQNetwork', 'MinAtarQNetwork']
+__all__ = ['conv_out', 'nest_dueling_keys', 'NatureQNetwork', 'MinAtarQNetwork']
 
 # %% ../nbs/06c_conv.ipynb #8ca06e3e
 def conv_out(size:int, kernel:int, stride:int) -> int:
     "Side of a convolution's output over `size` pixels (no padding)."
     return (size - kernel) // stride + 1
-
-def mlp(n_in:int, n_out:int, hidden:int) -> nn.Sequential:
-    "A hidden layer of `hidden` ReLU units from `n_in` features to `n_out` outputs: a conv network's head (or stream)."
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
 
 def nest_dueling_keys(module:nn.Module, state_dict:dict, prefix:str, *args):
     ("A load hook: a conv network's state dict from before its dueling streams were one `DuelingHead` (`value.*`, "
@@ -42,7 +37,8 @@ class NatureQNetwork(nn.Module):
         self.features = nn.Sequential(nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(),
                                       nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
                                       nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(), nn.Flatten())
-        self.head = q_head(64 * side * side, n_actions, dueling, partial(mlp, hidden=512))
+        stream = lambda n_in, n_out: mlp(n_in, 512, n_out)   # the head, or each dueling stream
+        self.head = q_head(64 * side * side, n_actions, dueling, stream)
         self.register_load_state_dict_pre_hook(nest_dueling_keys)   # checkpoints of older dueling networks
 
     def forward(self, frames:torch.Tensor) -> torch.Tensor:
@@ -61,7 +57,8 @@ class MinAtarQNetwork(nn.Module):
         super().__init__()
         check_int('channels', channels); check_int('n_actions', n_actions); check_int('side', side, low=3)
         self.features = nn.Sequential(nn.Conv2d(channels, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
-        self.head = q_head(16 * conv_out(side, 3, 1) ** 2, n_actions, dueling, partial(mlp, hidden=128))
+        stream = lambda n_in, n_out: mlp(n_in, 128, n_out)   # the head, or each dueling stream
+        self.head = q_head(16 * conv_out(side, 3, 1) ** 2, n_actions, dueling, stream)
         self.register_load_state_dict_pre_hook(nest_dueling_keys)   # checkpoints of older dueling networks
 
     def forward(self, grids:torch.Tensor) -> torch.Tensor:

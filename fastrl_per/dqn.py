@@ -27,8 +27,8 @@ from .checks import check_int, check_number
 from .nstep import nstep_discount
 
 # %% auto #0
-__all__ = ['DuelingHead', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch', 'OnlineQ',
-           'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
+__all__ = ['DuelingHead', 'mlp', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch',
+           'OnlineQ', 'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
            'checked_steps', 'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
            'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore',
            'check_torch_rng', 'dqn_args', 'learner_config']
@@ -43,6 +43,11 @@ class DuelingHead(nn.Module):
     def forward(self, x):
         advantage = self.advantage(x)
         return self.value(x) + advantage - advantage.mean(-1, keepdim=True)
+
+def mlp(*sizes) -> nn.Sequential:
+    "Linear layers of `sizes` with a ReLU after each but the last."
+    layers = [m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())]
+    return nn.Sequential(*layers[:-1])
 
 def q_head(in_features:int, n_actions:int, dueling:bool=False, layer=nn.Linear) -> nn.Module:
     "A Q-network's last part over `in_features` features: `layer(in_features, n_actions)`, or a `DuelingHead` of two."

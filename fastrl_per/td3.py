@@ -10,19 +10,15 @@ import numpy as np
 import torch
 from torch import nn
 import torch.nn.functional as F
+from .dqn import mlp
 from .memory import ReplayBuffer
 from .per import PrioritizedReplayBuffer
 from .priorities import PRIORITIZATION
 
 # %% auto #0
-__all__ = ['mlp', 'Actor', 'Critics', 'greedy_return', 'critic_loss_td', 'td3']
+__all__ = ['Actor', 'Critics', 'greedy_return', 'critic_loss_td', 'td3']
 
 # %% ../nbs/14_own_loop.ipynb #47caec8f
-def mlp(*sizes) -> nn.Sequential:
-    "Linear layers of `sizes` with a ReLU after each but the last."
-    layers = [m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.ReLU())]
-    return nn.Sequential(*layers[:-1])
-
 class Actor(nn.Module):
     "The deterministic policy: observation -> action in [-high, high]."
     def __init__(self, obs_dim:int, act_dim:int, high, hidden:int=256):
