@@ -10,7 +10,8 @@ In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
 
 - per-step add (one transition a call), a 1,000-step batch add,
 - a sample of 256 and of 1,024 with importance weights,
-- an update of 256 priorities, and a learner step (sample 256, then update those 256),
+- an update of 256 priorities (each call with TD errors its slots do not hold yet: cpprb's tree skips
+  the walk above a node whose value did not change), and a learner step (sample 256, then update those 256),
 - a pipeline step: add one transition, then a learner step, which is what each item of a
   `PrioritizedExperienceReplay` pipeline costs (ours stages single adds and writes them on
   the next read, so this row shows the add's deferred cost too),
@@ -54,7 +55,7 @@ kernels take on their first call in a fresh process (compiling them into an empt
 loading them from that cache), and checks the result against the issue's goals.
 """
 from __future__ import annotations
-import argparse, gc, math, os, platform, random, shlex, statistics, subprocess, sys, tempfile, time, tracemalloc
+import argparse, gc, itertools, math, os, platform, random, shlex, statistics, subprocess, sys, tempfile, time, tracemalloc
 
 import numpy as np
 import torch
@@ -65,6 +66,7 @@ OPS = ['per-step add', '1,000-step batch add', 'sample 256 (+weights)', 'sample 
        'pipeline step (add 1 + sample 256 + update 256)']
 IMPLS = ['ours', 'cpprb', 'tianshou', 'plain-Python', 'np.random.choice']
 PEERS = ['cpprb', 'tianshou']  # the compiled peers: ours / theirs time is reported for each
+UPDATE_TDS = 1021              # TD sets of the update op, a prime: see `update` below
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,6 +194,15 @@ def calibrate(fn, target_s, max_number):
     "Calls per timing so that one timing lasts about `target_s` (after two warm-up calls)."
     fn(0); t = per_call(fn, 2)
     return max(1, min(max_number, int(target_s / max(t, 1e-9))))
+
+def arrays_of(obj, name:str, depth:int=2) -> dict:
+    "The numpy arrays `obj` holds, and (`depth` levels down) those of the objects it holds: {dotted name: nbytes}."
+    found = {}
+    for k, v in vars(obj).items():
+        if isinstance(v, np.ndarray): found[f'{name}.{k}'] = v.nbytes
+        elif depth > 1 and hasattr(v, '__dict__') and not isinstance(v, type):
+            found.update(arrays_of(v, f'{name}.{k}', depth - 1))
+    return found
 
 def fmt_us(s): return '—' if s is None else (f'{s * 1e6:,.1f}' if s < 1e-3 else f'{s * 1e6:,.0f}')
 def fmt_x(r): return '—' if r is None else (f'{r:.3g}×' if r < 100 else f'{r:,.0f}×')
@@ -414,13 +425,26 @@ def main(argv=None):
         return f
 
     idx_sets = []  # filled just before the update op: slots our buffer sampled, so our updates are not stale
+    # The update op pairs slot set c % 64 with TD set c % UPDATE_TDS on its c-th call, counted across rounds: a pair
+    # comes back only after 64 * UPDATE_TDS calls, so every call writes values its slots do not already hold.
+    # cpprb's segment tree stops walking up at the first node whose value did not change: cycling the same 64 pairs
+    # (as this op did before) let every cpprb update after the first 64 skip its walk, and timed almost none of it.
+    update_tds = [rng.exponential(1.0, 256) for _ in range(UPDATE_TDS)]
     def update(name):
-        b = impl[name]
-        if name == 'ours': return lambda i: b.update_priorities(idx_sets[i % 64], tds[i % 64])
+        b, calls = impl[name], itertools.count()
+        if name == 'ours':
+            td = [torch.from_numpy(t) for t in update_tds]   # a learner hands back tensors
+            def f(i): c = next(calls); b.update_priorities(idx_sets[c % 64], td[c % UPDATE_TDS])
+            return f
         idx_np = [t.numpy() for t in idx_sets]
-        if name == 'cpprb': return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64] + EPS)
-        if name == 'tianshou': return lambda i: b.update_weight(idx_np[i % 64], tds_np[i % 64])
-        return lambda i: b.update_priorities(idx_np[i % 64], tds_np[i % 64])
+        if name == 'cpprb':
+            td = [t + EPS for t in update_tds]   # cpprb adds no eps of its own
+            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], td[c % UPDATE_TDS])
+        elif name == 'tianshou':
+            def f(i): c = next(calls); b.update_weight(idx_np[c % 64], update_tds[c % UPDATE_TDS])
+        else:
+            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], update_tds[c % UPDATE_TDS])
+        return f
 
     makers = {OPS[0]: add_single, OPS[1]: add_batch, OPS[2]: sample(256), OPS[3]: sample(1024),
               OPS[4]: update, OPS[5]: learner, OPS[6]: pipeline}
@@ -506,9 +530,11 @@ def main(argv=None):
 
     # --- memory of ours
     raw = sum(getattr(singles[0], n).element_size() * getattr(singles[0], n).numel() for n in STEP_FIELDS)
-    tree_arrays = {k: v.nbytes for k, v in vars(ours.tree).items() if isinstance(v, np.ndarray)}
-    parts = {'storage (packed records, one per slot)': ours.storage.nbytes(), 'raw priorities': ours.priorities.nbytes,
-             'write counters (writes + sampled_at)': ours.writes.nbytes + ours.sampled_at.nbytes,
+    core = ours.prioritizer
+    tree_arrays = arrays_of(core.tree, 'tree')
+    parts = {'storage (packed records, one per slot)': ours.storage.nbytes(),
+             'per-slot record of the priority core (raw priority, writes, sampled_at)': core.keyed.nbytes,
+             'in-the-draw flags': core.active.nbytes,
              f'tree arrays ({", ".join(tree_arrays)})': sum(tree_arrays.values())}
     total = sum(parts.values())
     cap = 1 << (N - 1).bit_length()
