@@ -252,6 +252,9 @@ def main(argv=None):
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--cpprb-check-for-update', action='store_true',
                     help="build cpprb with check_for_update=True: it then drops stale priority updates, as ours always does")
+    ap.add_argument('--cycled-updates', action='store_true',
+                    help="the update op as it was: slot set i %% 64 always with TD set i %% 64, so after 64 calls every "
+                         "update writes the values its slots already hold (cpprb's tree then skips its walk)")
     args = ap.parse_args(argv)
     if args.quick: args.n, args.repeats, args.target_ms = min(args.n, 2 ** 14), 3, 5.
     N, target = args.n, args.target_ms / 1e3
@@ -281,7 +284,9 @@ def main(argv=None):
         cpprb, cpprb_skip = None, f'cpprb not importable ({type(e).__name__}: {e}); pip install --no-deps cpprb'
     print(f'cpprb {cpprb_version}, check_for_update={args.cpprb_check_for_update}' if cpprb else f'cpprb: SKIPPED, {cpprb_skip}')
     print(f'N = {N:,} transitions, alpha = {ALPHA}, beta = {BETA}, eps = {EPS}, repeats = {args.repeats}, '
-          f'~{args.target_ms:g} ms per timing\n')
+          f'~{args.target_ms:g} ms per timing; update op: '
+          + ('64 slot sets cycled with 64 TD sets (--cycled-updates)\n' if args.cycled_updates else
+             f'64 slot sets with {UPDATE_TDS} TD sets, a new pair each call\n'))
 
     # --- the data: one set of CartPole-like transitions and |td| errors shared by every implementation
     rng = np.random.default_rng(args.seed)
@@ -430,20 +435,21 @@ def main(argv=None):
     # cpprb's segment tree stops walking up at the first node whose value did not change: cycling the same 64 pairs
     # (as this op did before) let every cpprb update after the first 64 skip its walk, and timed almost none of it.
     update_tds = [rng.exponential(1.0, 256) for _ in range(UPDATE_TDS)]
+    td_sets = 64 if args.cycled_updates else UPDATE_TDS
     def update(name):
         b, calls = impl[name], itertools.count()
         if name == 'ours':
             td = [torch.from_numpy(t) for t in update_tds]   # a learner hands back tensors
-            def f(i): c = next(calls); b.update_priorities(idx_sets[c % 64], td[c % UPDATE_TDS])
+            def f(i): c = next(calls); b.update_priorities(idx_sets[c % 64], td[c % td_sets])
             return f
         idx_np = [t.numpy() for t in idx_sets]
         if name == 'cpprb':
             td = [t + EPS for t in update_tds]   # cpprb adds no eps of its own
-            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], td[c % UPDATE_TDS])
+            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], td[c % td_sets])
         elif name == 'tianshou':
-            def f(i): c = next(calls); b.update_weight(idx_np[c % 64], update_tds[c % UPDATE_TDS])
+            def f(i): c = next(calls); b.update_weight(idx_np[c % 64], update_tds[c % td_sets])
         else:
-            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], update_tds[c % UPDATE_TDS])
+            def f(i): c = next(calls); b.update_priorities(idx_np[c % 64], update_tds[c % td_sets])
         return f
 
     makers = {OPS[0]: add_single, OPS[1]: add_batch, OPS[2]: sample(256), OPS[3]: sample(1024),
