@@ -7,7 +7,10 @@ __all__ = ['checked_leaves', 'SumTree']
 
 # %% ../nbs/04_sumtree.ipynb #1c708f62
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from .checks import check_int, check_nonnegative
 
 # %% ../nbs/04_sumtree.ipynb #59724910
@@ -56,6 +59,25 @@ def _write_range(S, n, start, values, low, count):
     _rebuild(S, lo, lo + len(values))
     return low, count
 
+# %% ../nbs/04_sumtree.ipynb #dcbe0254
+_AHEAD = 16   # how many walkers ahead `_descend` asks for the next level's nodes
+
+@intrinsic
+def _prefetch(typingctx, array, index):
+    "In compiled code: ask the CPU to start loading `array[index]` into its caches. A hint only: no value changes."
+    def codegen(context, builder, signature, args):
+        array_type, index_type = signature.args
+        arr = context.make_array(array_type)(context, builder, args[0])
+        i = context.cast(builder, args[1], index_type, types.intp)
+        at = cgutils.get_item_pointer(context, builder, array_type, arr, [i], wraparound=False)
+        byte_ptr, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        hint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+                                              'llvm.prefetch.p0')
+        read, keep_everywhere, data = (ir.Constant(i32, v) for v in (0, 3, 1))   # what the hint asks for
+        builder.call(hint, [builder.bitcast(at, byte_ptr), read, keep_everywhere, data])
+        return context.get_dummy_value()
+    return types.void(array, index), codegen
+
 # %% ../nbs/04_sumtree.ipynb #c6694c85
 @njit(cache=True)
 def _descend(S, n, u):
@@ -65,6 +87,7 @@ def _descend(S, n, u):
     while width < n:                                    # every walker one level down, then the next level
         width *= 2
         for k in range(len(u)):
+            if k + _AHEAD < len(u): _prefetch(S, 2 * node[k + _AHEAD])   # the children a later walker reads
             i = 2 * node[k]                             # the left child
             left = S[i]
             right = (u[k] >= left) & (S[i + 1] > 0)     # go right, unless nothing is there (round-off)
