@@ -293,6 +293,7 @@ class Priorities:
         self.keyed = np.zeros(capacity, KEYED)             # raw, writes, sampled_at of each key: one 16-byte record
         self.sampled_at[:] = -1
         self.active = np.zeros(capacity, bool)             # keys whose leaf is in the tree; the others hold 0
+        self._some_out = False   # a key was taken out of the draw (not by its last write): updates then read `active`
         self._stale_dropped = 0                            # updates the stale rule dropped
 
     # Views of `keyed`: an update reads and writes a key's three in one cache line, not in three arrays
@@ -360,12 +361,13 @@ class Priorities:
             keys = slice(first, first + count)
             self.tree.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when set
             self.raw[keys], self.active[keys] = self.max_priority, active
+            self._some_out |= not active
             if self.stale_rule: self.writes[keys] += 1
             else: self.writes[keys], self.sampled_at[keys] = 1, -1    # a new history: updates always apply
 
     def remove(self, keys):
         "Keys `keys` hold nothing any more: priority and leaf 0."
-        self.raw[keys], self.active[keys] = 0., False
+        self.raw[keys], self.active[keys], self._some_out = 0., False, True
         self.tree.update_unchecked(*checked_leaves(keys, np.zeros(len(keys)), self.capacity))
 
     def relay(self, keys):
@@ -377,6 +379,7 @@ class Priorities:
     def set_active(self, keys, active):
         "Put keys `keys` in the draw where `active` is true and out of it elsewhere; raw priorities are kept."
         self.active[keys] = active
+        self._some_out |= not np.all(active)
         self.relay(keys)
 
     def empty(self, capacity:int) -> Priorities:
@@ -387,6 +390,7 @@ class Priorities:
         "A core of `capacity` keys with this one's exponents and `max_priority`; keys `new` hold what `old` hold here."
         other = self.empty(capacity)
         other.beta0, other.max_priority, other._stale_dropped = self.beta0, self.max_priority, self._stale_dropped
+        other._some_out = self._some_out
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
         other.tree.load_state_dict(self.tree.state_dict(old), new)   # what the kind keeps moves along
@@ -409,7 +413,7 @@ class Priorities:
             with np.errstate(over='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, self._alpha)
         else: leaves = self.tree.leaves(prios, self._alpha)
         keys, leaves, stale, top, bad = _fresh_updates(keys, prios, leaves, self.ceiling, written, self.keyed,
-                                                       self.active)
+                                                       self.active, self._some_out)
         if bad >= 0: raise self._overflow(prios[bad], self._alpha)   # checked before anything was stored
         self._stale_dropped += stale
         if not len(keys): return
@@ -460,6 +464,7 @@ class Priorities:
         for k in STATE_SCALARS: setattr(loaded, k, state[k])
         loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
         loaded.raw[keys], loaded.active[keys] = state['priorities'].numpy(), active
+        loaded._some_out = not np.all(active)
         loaded.writes[keys], loaded.sampled_at[keys] = state['writes'].numpy(), state['sampled_at'].numpy()
         loaded.relay(keys)
         loaded.tree.load_state_dict(state.get('kind_state', {}), keys)
@@ -476,11 +481,11 @@ def _first_bad(keys, errors, stored):
     return -1
 
 @njit(cache=True)
-def _fresh_updates(keys, prios, leaves, ceiling, written, keyed, active):
+def _fresh_updates(keys, prios, leaves, ceiling, written, keyed, active, some_out):
     """Store `prios` as the raw priorities of `keys` in call order (the last repeat wins), but for keys written since
-    their draw (unless `written`): the keys that took their update with their leaves (0 out of the draw), the number
-    dropped, the largest priority stored and -1. If a leaf is above `ceiling` (or NaN), nothing is stored, and the
-    last value is its position."""
+    their draw (unless `written`): the keys that took their update with their leaves (0 for a key out of the draw;
+    `active` is read only if `some_out`), the number dropped, the largest priority stored and -1. If a leaf is above
+    `ceiling` (or NaN), nothing is stored, and the last value is its position."""
     fresh, kept = np.empty_like(keys), np.empty_like(leaves)
     for k in range(len(leaves)):
         if not leaves[k] <= ceiling: return fresh[:0], kept[:0], 0, 0., k
@@ -490,7 +495,7 @@ def _fresh_updates(keys, prios, leaves, ceiling, written, keyed, active):
         at = keyed[key]   # the key's record (`KEYED`): raw, writes, sampled_at
         if written or at.sampled_at < 0 or at.sampled_at == at.writes:
             at.raw = prios[k]
-            fresh[j], kept[j] = key, leaves[k] if active[key] else 0.
+            fresh[j], kept[j] = key, leaves[k] if not some_out or active[key] else 0.
             j += 1
     top = 0.
     for k in range(j): top = max(top, keyed[fresh[k]].raw)   # a repeat's last value only
