@@ -81,7 +81,10 @@ def test_transition_buffer_add_while_sampling_and_updating(busy_switching, pipe)
 
 def test_sequence_buffer_add_while_sampling_and_updating(busy_switching):
     buf = PrioritizedSequenceReplay(300, seed=0)
-    lengths = np.random.default_rng(2).integers(1, 12, size=3000)
+    # 500 episodes (about 3,000 steps, ten trips round the ring) with some 100,000 reads between them: the reader
+    # spins while each episode is built, so the rounds set the time (3,000 took two minutes); without the lock this
+    # test raised within the first 2.5 s of each of three tries
+    lengths = np.random.default_rng(2).integers(1, 12, size=500)
     for e in range(5): buf.add(Episode([make_step(i, e, i == 5) for i in range(6)]))
     rng = np.random.default_rng(3)
     def write(e):
