@@ -4,13 +4,13 @@
 
 # %% ../nbs/00_checks.ipynb #f1508bc0
 from __future__ import annotations
-import math, os, tempfile
+import fcntl, math, os, tempfile
 from pathlib import Path
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_atomically', 'save_atomically']
+__all__ = ['check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_atomically', 'save_atomically', 'DirLock']
 
 # %% ../nbs/00_checks.ipynb #e5b6485f
 def check_int(name:str, value, low:int=1) -> int:
@@ -53,3 +53,43 @@ def write_atomically(path, write):
 def save_atomically(obj, path):
     "`torch.save` `obj` to `path` atomically."
     write_atomically(path, lambda tmp: torch.save(obj, tmp))
+
+# %% ../nbs/00_checks.ipynb
+class DirLock:
+    "An exclusive OS lock on directory `path` (flock on `path/name`), held until `release` or the process's end."
+    def __init__(self, path, what:str='directory', name:str='.lock'):
+        self.path, self.what, self.file, self.fd = Path(path), what, Path(path) / name, None
+
+    def __repr__(self): return f"DirLock({str(self.path)!r}, held={self.held})"
+
+    @property
+    def held(self) -> bool: return self.fd is not None
+
+    def holder(self) -> str:
+        "Who holds the lock, as its lock file says (the pid written by the holder), or '' when it does not say."
+        try: pid = self.file.read_text().strip()
+        except OSError: return ''
+        return f" (held by pid {pid})" if pid.isdigit() else ''
+
+    def acquire(self) -> 'DirLock':
+        "Take the lock, or raise `ValueError` at once if another writer holds it."
+        if self.held: return self
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.file, os.O_RDWR | os.O_CREAT, 0o644)
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(f"{self.what} {str(self.path)!r} is in use by another writer{self.holder()}; "
+                             "one writer at a time: wait for it to end, or use another directory") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self.fd = fd
+        return self
+
+    def release(self):
+        "Give the lock back (closing the file drops the flock)."
+        if self.held: os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self): return self.acquire()
+    def __exit__(self, *exc): self.release()
