@@ -608,6 +608,11 @@ class ReplayBuffer(BufferCore):
                    doc="One past the last written slot (0 when empty): fastrl's `_idx_tracker`.")
     cycle = property(lambda self: self.storage.cycle, doc="Completed trips round the ring: fastrl's `_cycle_tracker`.")
 
+    @locked
+    def reseed(self, seed:int|None):
+        "Restart the sampler from `seed`, as `seed=` at construction would (None: fresh entropy)."
+        self.rng = np.random.default_rng(seed)
+
     def add(self, steps=None, /, **fields) -> np.ndarray:
         """Store one transition given as keywords (`state`, `action`, `reward`, `next_state`, `terminated`, any extra
         field) or a mapping; or a `SimpleStep`, a batch or a list of them. Return the slots written."""
