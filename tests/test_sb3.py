@@ -1,6 +1,7 @@
-"""`fastrl_per.sb3`: PrioritizedDQN end to end with one and four envs, save/load with the buffer, timeouts as SB3 stores
-them, the importance weights in the loss, the priorities fed back, and SB3 kept an optional extra."""
-import pickle, subprocess, sys
+"""`fastrl_per.sb3`: PrioritizedDQN end to end with one and four envs, save/load with the buffer (pickled, and in the
+directory format with no pickle), timeouts as SB3 stores them, the importance weights in the loss, the priorities fed
+back, one seed fixing the run of every prioritized class, and SB3 kept an optional extra."""
+import json, pickle, subprocess, sys
 import numpy as np
 import pytest
 import torch
@@ -11,7 +12,8 @@ import torch.nn.functional as F
 from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.sb3 import PrioritizedDQN, PrioritizedSB3Buffer, PrioritizedSamples
+from fastrl_per.sb3 import (PrioritizedDQN, PrioritizedSB3Buffer, PrioritizedSamples, PrioritizedSAC, PrioritizedTD3,
+                            PrioritizedDDPG, PrioritizedQRDQN, PrioritizedTQC)
 from conftest import assert_state_equal
 
 CARTPOLE = gym.make('CartPole-v1')
@@ -171,11 +173,12 @@ def test_sb3_stays_an_optional_extra():
     "`fastrl_per.all` never imports SB3; without it, `fastrl_per.sb3` is one line naming the extra."
     all_ = "import sys, fastrl_per.all; assert 'stable_baselines3' not in sys.modules"
     subprocess.run([sys.executable, '-c', all_], check=True, timeout=120)
-    blocked = "import sys; sys.modules['stable_baselines3'] = None; import fastrl_per.sb3"
-    r = subprocess.run([sys.executable, '-c', blocked], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert r.stderr.strip().splitlines()[-1] == ("ImportError: fastrl_per.sb3 needs Stable-Baselines3, which is not "
-                                                 "installed: pip install 'fastrl_per[sb3]'")
+    for missing in ('stable_baselines3', 'sb3_contrib'):
+        blocked = f"import sys; sys.modules[{missing!r}] = None; import fastrl_per.sb3"
+        r = subprocess.run([sys.executable, '-c', blocked], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
+        assert r.stderr.strip().splitlines()[-1] == ("ImportError: fastrl_per.sb3 needs Stable-Baselines3 and "
+                                                     "sb3-contrib, which are not installed: pip install 'fastrl_per[sb3]'")
 
 
 @pytest.mark.parametrize('env_id', ['FrozenLake-v1', 'MountainCarContinuous-v0'])
@@ -207,3 +210,122 @@ def test_vec_normalize_normalises_the_sampled_batch(one_thread):
     raw = stored[batch.idxs.numpy()]
     assert not np.allclose(batch.observations.numpy(), raw)
     np.testing.assert_allclose(batch.observations.numpy(), env.normalize_obs(raw), rtol=1e-5)
+
+
+CLASSES = [(PrioritizedDQN, 'CartPole-v1', {}), (PrioritizedQRDQN, 'CartPole-v1', dict(n_quantiles=5)),
+           (PrioritizedSAC, 'Pendulum-v1', {}), (PrioritizedTD3, 'Pendulum-v1', {}), (PrioritizedDDPG, 'Pendulum-v1', {}),
+           (PrioritizedTQC, 'Pendulum-v1', dict(n_quantiles=5))]
+
+
+def parameters(model) -> dict:
+    "Every tensor of a model's policy and optimisers (and SAC's and TQC's entropy coefficient), by name."
+    flat = {}
+    def walk(prefix, value):
+        if isinstance(value, dict): [walk(f'{prefix}.{k}', v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)): [walk(f'{prefix}.{i}', v) for i, v in enumerate(value)]
+        elif isinstance(value, torch.Tensor): flat[prefix] = value.detach().clone()
+    walk('', model.get_parameters())
+    if getattr(model, 'log_ent_coef', None) is not None: flat['log_ent_coef'] = model.log_ent_coef.detach().clone()
+    return flat
+
+
+@pytest.mark.parametrize('cls, env_id, policy_kwargs', CLASSES, ids=[c[0].__name__ for c in CLASSES])
+def test_one_seed_fixes_the_run(cls, env_id, policy_kwargs, one_thread):
+    "Two runs of one seed (no buffer seed given) end with every parameter equal; another seed differs."
+    def run(seed):
+        env = make_vec_env(env_id, n_envs=2, seed=seed)
+        model = cls('MlpPolicy', env, learning_starts=60, seed=seed, device='cpu', buffer_size=1000,
+                    policy_kwargs=dict(net_arch=[16], **policy_kwargs))
+        return parameters(model.learn(180)), model.replay_buffer.priorities
+    (a, prio_a), (b, prio_b), (c, _) = run(0), run(0), run(1)
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not differ, f"{cls.__name__}: two runs of seed 0 differ in {differ[:4]}"
+    np.testing.assert_array_equal(prio_a, prio_b)
+    assert len(np.unique(prio_a)) > 50   # the draws were by priority, and fed back
+    assert any(not torch.equal(a[k], c[k]) for k in a), f"{cls.__name__}: seeds 0 and 1 gave the same parameters"
+
+
+def sampler_state(model):
+    return json.loads(model.replay_buffer.core.state_dict(columns=False)['rng'])
+
+
+def test_set_random_seed_restarts_the_sampler_and_a_buffer_seed_wins():
+    fresh = lambda seed: np.random.default_rng(seed).bit_generator.state
+    model = PrioritizedSAC('MlpPolicy', 'Pendulum-v1', seed=3, device='cpu')
+    assert sampler_state(model) == fresh(3)
+    model.set_random_seed(11)
+    assert sampler_state(model) == fresh(11)
+    own = PrioritizedTD3('MlpPolicy', 'Pendulum-v1', seed=3, device='cpu', replay_buffer_kwargs=dict(seed=5))
+    assert sampler_state(own) == fresh(5)
+    own.set_random_seed(11)
+    assert sampler_state(own) == fresh(5)
+
+
+@pytest.mark.parametrize('n_envs', [1, 4])
+def test_the_replay_saves_to_a_directory_and_loads_without_pickle(tmp_path, n_envs, one_thread):
+    env = make_vec_env('CartPole-v1', n_envs=n_envs, seed=0)
+    model = short_dqn(env, buffer_size=800, learning_starts=300).learn(1200)   # the ring has wrapped
+    model.save(tmp_path / 'model')
+    model.save_replay(tmp_path / 'replay')
+    loaded = PrioritizedDQN.load(tmp_path / 'model', env=make_vec_env('CartPole-v1', n_envs=n_envs), device='cpu')
+    loaded.load_replay(tmp_path / 'replay')
+    a, b = model.replay_buffer, loaded.replay_buffer
+    assert (b.pos, b.full, b.size()) == (a.pos, a.full, a.size()) and a.full
+    np.testing.assert_array_equal(b.priorities, a.priorities)
+    assert_state_equal(b.core.state_dict(), a.core.state_dict())
+    assert torch.equal(b.sample(16).idxs, a.sample(16).idxs)
+    loaded.learn(200, reset_num_timesteps=False)   # training goes on from the loaded replay
+    assert b.core.storage.n_added == a.core.storage.n_added + loaded.num_timesteps - model.num_timesteps > 0
+
+
+def test_sac_saves_and_loads_with_its_replay(tmp_path, one_thread):
+    model = PrioritizedSAC('MlpPolicy', make_vec_env('Pendulum-v1', n_envs=2, seed=0), learning_starts=100, seed=0,
+                           device='cpu', policy_kwargs=dict(net_arch=[16])).learn(300)
+    model.save(tmp_path / 'sac')
+    model.save_replay(tmp_path / 'replay')
+    loaded = PrioritizedSAC.load(tmp_path / 'sac', env=make_vec_env('Pendulum-v1', n_envs=2), device='cpu')
+    loaded.load_replay(tmp_path / 'replay')
+    assert isinstance(loaded.replay_buffer, PrioritizedSB3Buffer) and loaded.final_beta == model.final_beta
+    np.testing.assert_array_equal(loaded.replay_buffer.priorities, model.replay_buffer.priorities)
+    for k, v in parameters(model).items(): assert torch.equal(parameters(loaded)[k], v), k
+
+
+class Payload:
+    "Unpickling this creates the file `path`: what a crafted replay would do."
+    def __init__(self, path): self.path = str(path)
+    def __reduce__(self): return (open, (self.path, 'w'))
+
+
+def test_a_crafted_pickle_is_refused_and_never_run(tmp_path, one_thread):
+    marker = tmp_path / 'ran'
+    pickle.loads(pickle.dumps(Payload(marker), protocol=2))
+    assert marker.exists(), "the payload does not run when unpickled: the test would prove nothing"
+    marker.unlink()
+    model = short_dqn(learning_starts=100).learn(300)
+    model.save_replay(tmp_path / 'replay')
+    before = model.replay_buffer.core.state_dict()
+    (tmp_path / 'crafted.pkl').write_bytes(pickle.dumps(Payload(marker), protocol=2))   # a pickle in place of a save
+    crafted_dir = tmp_path / 'crafted'
+    crafted_dir.mkdir()
+    torch.save(Payload(marker), crafted_dir / 'state.pt')   # a directory whose state is the payload
+    spliced = tmp_path / 'spliced'   # a real save, its state.pt swapped for the payload
+    spliced.mkdir()
+    for f in (tmp_path / 'replay').iterdir(): (spliced / f.name).write_bytes(f.read_bytes())
+    torch.save(Payload(marker), spliced / 'state.pt')
+    for path, named in [(tmp_path / 'crafted.pkl', 'crafted.pkl'), (crafted_dir, 'state.pt'), (spliced, 'state.pt')]:
+        with pytest.raises(ValueError, match=named): model.load_replay(path)
+        assert not marker.exists(), f"loading {path} ran the payload"
+    assert_state_equal(model.replay_buffer.core.state_dict(), before)   # nothing changed
+
+
+@pytest.mark.parametrize('other, message', [
+    (dict(env='Acrobot-v1'), 'holds state of dtype and shape'),
+    (dict(buffer_size=500), 'max_sz'),
+])
+def test_load_replay_refuses_another_model_s_replay(tmp_path, other, message, one_thread):
+    short_dqn(learning_starts=100, buffer_size=300).learn(300).save_replay(tmp_path / 'replay')
+    model = short_dqn(**dict(dict(buffer_size=300), **other)).learn(120)
+    before = model.replay_buffer.core.state_dict()
+    with pytest.raises(ValueError, match=message): model.load_replay(tmp_path / 'replay')
+    assert_state_equal(model.replay_buffer.core.state_dict(), before)
+    assert model.replay_buffer.size() == 120
