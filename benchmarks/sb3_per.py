@@ -1,20 +1,23 @@
 #!/usr/bin/env python
-"""Stable-Baselines3's `DQN` against `fastrl_per.sb3.PrioritizedDQN` at RL Zoo's tuned hyperparameters.
+"""Stable-Baselines3's `DQN`, `SAC` and `TD3` against `fastrl_per.sb3`'s prioritized classes at RL Zoo's settings.
 
-Run from the repository root (stable-baselines3 installed: `pip install 'fastrl_per[sb3]'`):
+Run from the repository root (the sb3 extra installed: `pip install 'fastrl_per[sb3]'`):
 
-    python benchmarks/sb3_per.py                          # CartPole-v1, Acrobot-v1, MountainCar-v0; seeds 0 1 2
+    python benchmarks/sb3_per.py                          # DQN on CartPole-v1, Acrobot-v1, MountainCar-v0; seeds 0 1 2
+    python benchmarks/sb3_per.py --algo SAC TD3           # SAC and TD3 on Pendulum-v1
     python benchmarks/sb3_per.py --quick                  # 2,000 steps, one seed: a smoke run
     python benchmarks/sb3_per.py --runs runs.jsonl --table-only   # the table of runs already written
 
-The settings are RL Zoo's `hyperparams/dqn.yml` (DLR-RM/rl-baselines3-zoo at commit ce95481b), the same for both
-algorithms: nothing is tuned for either. `PrioritizedDQN` adds the buffer's own defaults (alpha, beta, eps and the
+The settings are RL Zoo's `hyperparams/dqn.yml`, `sac.yml` and `td3.yml` (rl_zoo3 2.9.2), the same for both sides of
+a pair: nothing is tuned for either. The prioritized class adds the buffer's own defaults (alpha, beta, eps and the
 weights' normalisation; `--buffer-kwargs` overrides them, e.g. `--buffer-kwargs "dict(eps=1e-2)"`) and anneals beta
-to 1 over the run. Each run trains for the yaml's `n_timesteps` on one env, then plays 10 deterministic episodes on
-a separately seeded env; the table gives the mean over seeds of that return, the CPU seconds per 1,000 env steps of
-`learn()` (process time, one torch thread) and, for PER, the importance weights' mean over training. Runs go one
-after the other, DQN then PrioritizedDQN for each env and seed, and each is appended to `--runs` as it ends, so an
-interrupted benchmark keeps what it finished; run again, it skips the runs `--runs` holds.
+to 1 over the run. Each run trains for the yaml's `n_timesteps` (or `--steps`) on one env, then plays 10
+deterministic episodes on a separately seeded env; the table gives the mean over seeds of that final return, of the
+mean return of all training episodes (the area under the learning curve, per episode), the CPU seconds per 1,000
+env steps of `learn()` (process time, one torch thread) and, for PER, the importance weights' mean over training.
+Runs go one after the other, uniform then prioritized for each env and seed, and each is appended to `--runs` as it
+ends, so an interrupted benchmark keeps what it finished; run again, it skips the runs `--runs` holds. A model's
+`seed` fixes its run (replay sampler included), so a run repeated gives the same numbers but the CPU times.
 """
 from __future__ import annotations
 import argparse, json, time
@@ -22,8 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# RL Zoo, hyperparams/dqn.yml (DLR-RM/rl-baselines3-zoo, commit ce95481b041fe5314c1b2f1a53940d169b9253fc)
-ZOO = {
+# RL Zoo, hyperparams/dqn.yml (DLR-RM/rl-baselines3-zoo, commit ce95481b041fe5314c1b2f1a53940d169b9253fc; the same in
+# rl_zoo3 2.9.2), each with policy_kwargs "dict(net_arch=[256, 256])"
+DQN_ZOO = {
     'CartPole-v1': dict(n_timesteps=50_000, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
                         learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
                         gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04),
@@ -34,36 +38,48 @@ ZOO = {
                            learning_starts=1000, gamma=0.98, target_update_interval=600, train_freq=16,
                            gradient_steps=8, exploration_fraction=0.2, exploration_final_eps=0.07),
 }
-NET = dict(net_arch=[256, 256])   # every one of the three: policy_kwargs "dict(net_arch=[256, 256])"
+DQN_ZOO = {env: dict(hp, policy_kwargs=dict(net_arch=[256, 256])) for env, hp in DQN_ZOO.items()}
+# RL Zoo 2.9.2, hyperparams/sac.yml and td3.yml, Pendulum-v1 (TD3's normal action noise of std 0.1 is made below)
+ZOO = {'DQN': DQN_ZOO,
+       'SAC': {'Pendulum-v1': dict(n_timesteps=20_000, learning_rate=1e-3)},
+       'TD3': {'Pendulum-v1': dict(n_timesteps=20_000, gamma=0.98, buffer_size=200_000, learning_starts=10_000,
+                                   gradient_steps=1, train_freq=1, learning_rate=1e-3, noise_std=0.1,
+                                   policy_kwargs=dict(net_arch=[400, 300]))}}
 
-def make_model(algo:str, env_id:str, seed:int, buffer_kwargs:dict):
-    "The algorithm at RL Zoo's settings for `env_id`, minus `n_timesteps`."
-    from stable_baselines3 import DQN
-    from fastrl_per.sb3 import PrioritizedDQN
-    hp = {k: v for k, v in ZOO[env_id].items() if k != 'n_timesteps'}
-    if algo == 'DQN': return DQN('MlpPolicy', env_id, policy_kwargs=NET, seed=seed, **hp)
+def make_model(algo:str, prioritized:bool, env_id:str, seed:int, buffer_kwargs:dict):
+    "SB3's `algo`, or its prioritized class, at RL Zoo's settings for `env_id`, minus `n_timesteps`."
+    import stable_baselines3, fastrl_per.sb3
+    from stable_baselines3.common.noise import NormalActionNoise
+    hp = {k: v for k, v in ZOO[algo][env_id].items() if k != 'n_timesteps'}
+    if 'noise_std' in hp:
+        hp['action_noise'] = NormalActionNoise(np.zeros(1), hp.pop('noise_std') * np.ones(1))
+    if not prioritized: return getattr(stable_baselines3, algo)('MlpPolicy', env_id, seed=seed, **hp)
+    base = getattr(fastrl_per.sb3, f'Prioritized{algo}')
 
-    class WeightsSeen(PrioritizedDQN):   # keeps the mean importance weight of every `train` call
+    class WeightsSeen(base):   # keeps the mean importance weight of every `train` call
         def train(self, gradient_steps:int, batch_size:int=100) -> None:
             super().train(gradient_steps, batch_size)
             self.weights_seen.append(self.logger.name_to_value['train/mean_weight'])
-    model = WeightsSeen('MlpPolicy', env_id, policy_kwargs=NET, seed=seed, replay_buffer_kwargs=buffer_kwargs, **hp)
+    model = WeightsSeen('MlpPolicy', env_id, seed=seed, replay_buffer_kwargs=buffer_kwargs, **hp)
     model.weights_seen = []
     return model
 
-def run(algo:str, env_id:str, seed:int, steps:int, episodes:int, buffer_kwargs:dict) -> dict:
+def run(algo:str, prioritized:bool, env_id:str, seed:int, steps:int, episodes:int, buffer_kwargs:dict) -> dict:
     "Train one model, time it, evaluate it."
     import gymnasium as gym
     from stable_baselines3.common.evaluation import evaluate_policy
-    model = make_model(algo, env_id, seed, buffer_kwargs)
+    model = make_model(algo, prioritized, env_id, seed, buffer_kwargs)
     cpu, wall = time.process_time(), time.perf_counter()
     model.learn(steps)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    training = model.get_env().env_method('get_episode_rewards')[0]   # SB3 wraps the env in a Monitor
     eval_env = gym.make(env_id)
     eval_env.reset(seed=10_000 + seed)
     mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=episodes, deterministic=True)
     weights = getattr(model, 'weights_seen', None)
-    return dict(algo=algo, env=env_id, seed=seed, steps=steps, ret=float(mean), cpu_per_1k=1000 * cpu / steps,
+    name = f'Prioritized{algo}' if prioritized else algo
+    return dict(algo=name, env=env_id, seed=seed, steps=steps, ret=float(mean), cpu_per_1k=1000 * cpu / steps,
+                auc=float(np.mean(training)) if training else None,
                 wall_per_1k=1000 * wall / steps, mean_weight=float(np.mean(weights)) if weights else None,
                 buffer_kwargs=repr(buffer_kwargs))
 
@@ -73,31 +89,39 @@ def cell(values:list, fmt:str) -> str:
     return f"{np.mean(values):{fmt}} ± {np.std(values):{fmt}} ({len(values)})"
 
 def table(runs:list[dict]) -> str:
-    "A markdown table: per env, each algorithm's return, CPU per 1,000 steps, and PER's mean weight."
-    head = ("| env | seeds | DQN return | PrioritizedDQN return | DQN CPU s / 1k steps "
-            "| PrioritizedDQN CPU s / 1k steps | CPU ratio | PER mean weight |\n|---|---|---|---|---|---|---|---|")
+    ("A markdown table: per algorithm and env, each side's final return, mean training-episode return (AUC), CPU per "
+     "1,000 steps, and PER's mean weight.")
+    head = ("| algo | env | steps | seeds | return | PER return | AUC | PER AUC | CPU s / 1k steps "
+            "| PER CPU s / 1k steps | CPU ratio | PER mean weight |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
-    for env_id in ZOO:
-        by = {a: [r for r in runs if r['env'] == env_id and r['algo'] == a] for a in ('DQN', 'PrioritizedDQN')}
-        if not any(by.values()): continue
-        cpu = {a: [r['cpu_per_1k'] for r in rs] for a, rs in by.items()}
-        ratio = f"{np.mean(cpu['PrioritizedDQN']) / np.mean(cpu['DQN']):.2f}×" if all(cpu.values()) else '-'
-        seeds = sorted({r['seed'] for rs in by.values() for r in rs})
-        rows.append(f"| {env_id} | {' '.join(map(str, seeds))} | {cell([r['ret'] for r in by['DQN']], '.1f')} "
-                    f"| {cell([r['ret'] for r in by['PrioritizedDQN']], '.1f')} | {cell(cpu['DQN'], '.2f')} "
-                    f"| {cell(cpu['PrioritizedDQN'], '.2f')} | {ratio} "
-                    f"| {cell([r['mean_weight'] for r in by['PrioritizedDQN']], '.3f')} |")
+    for algo, envs in ZOO.items():
+        for env_id in envs:
+            by = {side: [r for r in runs if r['env'] == env_id and r['algo'] == name]
+                  for side, name in (('uniform', algo), ('per', f'Prioritized{algo}'))}
+            if not any(by.values()): continue
+            col = lambda side, key, fmt: cell([r[key] for r in by[side] if r.get(key) is not None], fmt)
+            cpu = {side: [r['cpu_per_1k'] for r in rs] for side, rs in by.items()}
+            ratio = f"{np.mean(cpu['per']) / np.mean(cpu['uniform']):.2f}×" if all(cpu.values()) else '-'
+            seeds = sorted({r['seed'] for rs in by.values() for r in rs})
+            steps = sorted({r['steps'] for rs in by.values() for r in rs})
+            rows.append(f"| {algo} | {env_id} | {'/'.join(map(str, steps))} | {' '.join(map(str, seeds))} "
+                        f"| {col('uniform', 'ret', '.1f')} | {col('per', 'ret', '.1f')} | {col('uniform', 'auc', '.1f')} "
+                        f"| {col('per', 'auc', '.1f')} | {col('uniform', 'cpu_per_1k', '.2f')} "
+                        f"| {col('per', 'cpu_per_1k', '.2f')} | {ratio} | {col('per', 'mean_weight', '.3f')} |")
     return '\n'.join([head] + rows)
 
 def per_seed(runs:list[dict]) -> str:
     "One line per run: its return and CPU per 1,000 steps."
     return '\n'.join(f"{r['env']:15} seed {r['seed']} {r['algo']:15} return {r['ret']:8.1f}  "
-                     f"CPU s/1k {r['cpu_per_1k']:6.2f}" + (f"  mean weight {r['mean_weight']:.3f}"
+                     + (f"AUC {r['auc']:8.1f}  " if r.get('auc') is not None else '')
+                     + f"CPU s/1k {r['cpu_per_1k']:6.2f}" + (f"  mean weight {r['mean_weight']:.3f}"
                                                          if r['mean_weight'] is not None else '') for r in runs)
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--envs', nargs='+', default=list(ZOO), choices=list(ZOO))
+    p.add_argument('--algo', nargs='+', default=['DQN'], choices=list(ZOO))
+    p.add_argument('--envs', nargs='+', help="of the algorithms' envs in ZOO, those to run (default: all)")
+    p.add_argument('--steps', type=int, help="env steps per run (default: the yaml's n_timesteps)")
     p.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
     p.add_argument('--episodes', type=int, default=10, help="deterministic evaluation episodes per run")
     p.add_argument('--buffer-kwargs', default='dict()', help="PrioritizedDQN's replay_buffer_kwargs, as RL Zoo's yaml")
@@ -113,12 +137,14 @@ def main():
         torch.set_num_threads(1)
         seeds, episodes = ([0], 2) if a.quick else (a.seeds, a.episodes)
         kwargs = eval(a.buffer_kwargs, {'dict': dict})
-        for env_id in a.envs:
+        todo = [(algo, env_id) for algo in a.algo for env_id in ZOO[algo] if not a.envs or env_id in a.envs]
+        for algo, env_id in todo:
             for seed in seeds:
-                for algo in ('DQN', 'PrioritizedDQN'):
-                    if (algo, env_id, seed) in done: continue   # in --runs already: an interrupted benchmark goes on
-                    steps = 2000 if a.quick else ZOO[env_id]['n_timesteps']
-                    runs.append(run(algo, env_id, seed, steps, episodes, kwargs))
+                for prioritized in (False, True):
+                    name = f'Prioritized{algo}' if prioritized else algo
+                    if (name, env_id, seed) in done: continue   # in --runs already: an interrupted benchmark goes on
+                    steps = 2000 if a.quick else a.steps or ZOO[algo][env_id]['n_timesteps']
+                    runs.append(run(algo, prioritized, env_id, seed, steps, episodes, kwargs))
                     if a.quick: continue   # a smoke run: printed, not kept
                     with path.open('a') as f: f.write(json.dumps(runs[-1]) + '\n')
     if not a.quick: runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

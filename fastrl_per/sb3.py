@@ -249,40 +249,6 @@ class PrioritizedDQN(PrioritizedReplay, DQN):
         self.logger.record("train/mean_weight", np.mean(weights))
 
 # %% ../nbs/16_sb3.ipynb
-class PrioritizedDQN(PrioritizedReplay, DQN):
-    ("SB3's `DQN` replaying from a `PrioritizedSB3Buffer`: the Huber loss weighted per sample by the importance "
-     "weights, |TD| handed back as priorities, beta annealed linearly to `final_beta` over `learn()`'s steps.")
-    def td_loss(self, data:PrioritizedSamples) -> tuple[torch.Tensor, torch.Tensor]:
-        "The TD errors of a batch and its Huber loss, each sample's weighted by its importance weight."
-        discounts = data.discounts if data.discounts is not None else self.gamma
-        with torch.no_grad():
-            next_q = self.q_net_target(data.next_observations).max(dim=1).values.reshape(-1, 1)
-            target = data.rewards + (1 - data.dones) * discounts * next_q
-        current = torch.gather(self.q_net(data.observations), dim=1, index=data.actions.long())
-        loss = (data.weights * F.smooth_l1_loss(current, target, reduction='none')).mean()
-        return (current - target).detach(), loss
-
-    def train(self, gradient_steps:int, batch_size:int=100) -> None:
-        "SB3's `DQN.train`, the loss weighted and the TD errors fed back (the equivalence test holds it to SB3's)."
-        self.policy.set_training_mode(True)
-        self._update_learning_rate(self.policy.optimizer)
-        self._anneal_beta()
-        losses, weights = [], []
-        for _ in range(gradient_steps):
-            data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
-            td_errors, loss = self.td_loss(data)
-            losses.append(loss.item())
-            self.policy.optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-            self.policy.optimizer.step()
-            weights.append(self._feed_back(data, td_errors))
-        self._n_updates += gradient_steps
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/loss", np.mean(losses))
-        self.logger.record("train/mean_weight", np.mean(weights))
-
-# %% ../nbs/16_sb3.ipynb
 class PrioritizedSAC(PrioritizedReplay, SAC):
     ("SB3's `SAC` replaying from a `PrioritizedSB3Buffer`: each critic's squared error weighted per sample by the "
      "importance weights, the larger of the twin critics' |TD| handed back as priorities, beta annealed in `learn()`.")
