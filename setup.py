@@ -31,6 +31,7 @@ minatar_requirements = (cfg.get('minatar_requirements') or '').split()  # the [m
 box2d_requirements = (cfg.get('box2d_requirements') or '').split()  # the [box2d] extra: gymnasium's Box2D envs (LunarLander)
 ray_requirements = (cfg.get('ray_requirements') or '').split()  # the [ray] extra: Ape-X actors on Ray
 sb3_requirements = (cfg.get('sb3_requirements') or '').split()  # the [sb3] extra: PrioritizedDQN on Stable-Baselines3
+cleanrl_requirements = (cfg.get('cleanrl_requirements') or '').split()  # the [cleanrl] extra: examples/cleanrl_dqn_per.py
 
 package_data = dict()
 pkg_data = cfg.get('package_data', None)
@@ -54,7 +55,7 @@ setuptools.setup(
                      'cli': cli_requirements,
                      'video': video_requirements, 'atari': atari_requirements,
                      'box2d': box2d_requirements, 'ray': ray_requirements, 'minatar': minatar_requirements,
-                     'sb3': sb3_requirements },
+                     'sb3': sb3_requirements, 'cleanrl': cleanrl_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

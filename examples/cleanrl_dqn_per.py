@@ -14,12 +14,16 @@ over the run. `--replay` picks the buffer; the loop is the same for all three, s
     python examples/cleanrl_dqn_per.py --seed 1 --replay per --out runs/cleanrl-per-1
     python examples/cleanrl_dqn_per.py --total-timesteps 30000 --learning-starts 600 --replay uniform
 
-With `--out DIR` it writes `DIR/episodes.csv` (env step, episodic return), `DIR/train.csv` (one row per 1,000 env
-steps once learning: loss, mean importance weight, epsilon, beta, SPS) and `DIR/summary.json`; it prints the summary.
-Needs `tyro` (`pip install tyro`).
+It logs as CleanRL does: a `global_step=..., episodic_return=...` line per episode, an `SPS:` line every 100 steps
+once learning, and TensorBoard events under `runs/{env_id}__{exp_name}__{seed}__{time}` (`tensorboard --logdir runs`):
+charts/episodic_return, charts/episodic_length, charts/epsilon, charts/SPS, losses/td_loss, losses/q_values and,
+this script's own, losses/mean_weight and charts/beta. With `--out DIR` it also writes `DIR/episodes.csv` (env step,
+episodic return), `DIR/train.csv` (one row per 1,000 env steps once learning: loss, mean importance weight, epsilon,
+beta, SPS) and `DIR/summary.json`; its last line is the summary. Needs the `cleanrl` extra (tyro and TensorBoard:
+`.venv/bin/pip install -e '.[cleanrl]'` in a clone).
 """
 from __future__ import annotations
-import csv, dataclasses, json, random, time
+import csv, dataclasses, json, os, random, time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Literal
@@ -29,6 +33,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
+from torch.utils.tensorboard import SummaryWriter
 from fastrl_per.memory import ReplayBuffer
 from fastrl_per.per import PrioritizedReplayBuffer
 from fastrl_per.priorities import EPS, WEIGHT_NORM
@@ -36,6 +41,8 @@ from fastrl_per.priorities import EPS, WEIGHT_NORM
 
 @dataclasses.dataclass
 class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (in the TensorBoard run's name)"""
     seed: int = 1
     """seed of the run (Python, numpy, torch, the env and the replay's sampler)"""
     env_id: str = "CartPole-v1"
@@ -131,6 +138,10 @@ def main(args: Args) -> dict:
     torch.backends.cudnn.deterministic = True
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                    "\n".join(f"|{key}|{value}|" for key, value in vars(args).items()))
 
     env = gym.wrappers.RecordEpisodeStatistics(gym.make(args.env_id))
     assert isinstance(env.action_space, gym.spaces.Discrete), "only discrete action spaces are supported"
@@ -154,6 +165,9 @@ def main(args: Args) -> dict:
         # only termination stops bootstrapping: a truncated step keeps its true next observation
         rb.add(state=obs, action=action, reward=reward, next_state=next_obs, terminated=terminated)
         if terminated or truncated:
+            print(f"global_step={global_step}, episodic_return={info['episode']['r']}")
+            writer.add_scalar("charts/episodic_return", info["episode"]["r"], global_step)
+            writer.add_scalar("charts/episodic_length", info["episode"]["l"], global_step)
             episodes.append((global_step, float(info["episode"]["r"])))
             obs, _ = env.reset()
         else: obs = next_obs
@@ -167,6 +181,13 @@ def main(args: Args) -> dict:
                 old_val = q_network(data.state).gather(1, data.action.long().view(-1, 1)).squeeze(1)
                 td_error = td_target - old_val
                 loss = (data.weights * td_error.pow(2)).mean()   # CleanRL's MSE, each sample's term weighted
+                if global_step % 100 == 0:
+                    sps = int(global_step / (time.time() - start_time))
+                    print("SPS:", sps)
+                    for tag, value in [("losses/td_loss", loss.item()), ("losses/q_values", old_val.mean().item()),
+                                       ("losses/mean_weight", data.weights.mean().item()), ("charts/SPS", sps),
+                                       ("charts/epsilon", epsilon), ("charts/beta", getattr(rb, "beta", 1.0))]:
+                        writer.add_scalar(tag, value, global_step)
                 rb.update_priorities(data.idxs, td_error.detach())
                 rb.anneal_beta(global_step / args.total_timesteps)
                 optimizer.zero_grad()
@@ -184,6 +205,7 @@ def main(args: Args) -> dict:
                                  sps=int(global_step / (time.time() - start_time))))
                 interval = dict(loss=[], weight=[])
     env.close()
+    writer.close()
     seconds = time.time() - start_time
     returns = [r for _, r in episodes]
     summary = dict(args=dataclasses.asdict(args), episodes=len(episodes), updates=updates,

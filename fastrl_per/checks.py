@@ -10,21 +10,25 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_atomically', 'save_atomically', 'DirLock']
+__all__ = ['BadValue', 'check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_atomically', 'save_atomically',
+           'DirLock']
 
 # %% ../nbs/00_checks.ipynb #e5b6485f
+class BadValue(ValueError):
+    "A value given for an argument is refused (out of range, not of its kind, no such env): the caller's to change."
+
 def check_int(name:str, value, low:int=1) -> int:
-    "`value` as an `int`; a `ValueError` naming `value` unless it is an int >= `low`."
+    "`value` as an `int`; a `BadValue` naming `value` unless it is an int >= `low`."
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name}={value!r} is not an int >= {low}")
+        raise BadValue(f"{name}={value!r} is not an int >= {low}")
     return int(value)
 
 def check_number(name:str, value, low:float=0., low_ok:bool=True) -> float:
-    ("`value` as a `float`; a `ValueError` naming `value` unless it is a finite number above `low` "
+    ("`value` as a `float`; a `BadValue` naming `value` unless it is a finite number above `low` "
      "(or equal, if `low_ok`).")
     ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < low or (value == low and not low_ok):
-        raise ValueError(f"{name}={value!r} is not a finite number {'>=' if low_ok else '>'} {low}")
+        raise BadValue(f"{name}={value!r} is not a finite number {'>=' if low_ok else '>'} {low}")
     return float(value)
 
 # %% ../nbs/00_checks.ipynb #b2cae088

@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_cli.ipynb #521adcd6
 from __future__ import annotations
-import argparse, inspect, re, sys, textwrap, typing, warnings
+import argparse, difflib, inspect, re, sys, textwrap, typing, warnings
 from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
@@ -12,19 +12,34 @@ from .factories import learner_classes
 from .priorities import KINDS
 from .atari import ID_DEFAULTS
 from .learner import RUN_PLACED
+from .checks import BadValue
 
 # %% auto #0
-__all__ = ['FLAG_NAMES', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'typed', 'optional', 'base_type',
-           'choices', 'converter', 'metavar', 'add_flag', 'function_flags', 'learner_arguments', 'learner_help',
-           'section', 'learner_flags', 'commands', 'Formatter', 'Hidden', 'HelpAll', 'train_flags', 'make_parser',
-           'one_line', 'flagged', 'show_warning', 'main']
+__all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'aliases',
+           'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar', 'add_flag', 'function_flags',
+           'learner_arguments', 'learner_help', 'section', 'learner_flags', 'commands', 'aliases_note', 'Formatter',
+           'Command', 'Hidden', 'HelpAll', 'train_flags', 'make_parser', 'one_line', 'flagged', 'show_warning', 'main']
 
 # %% ../nbs/08_cli.ipynb #505ef520
 FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs', address='ray_address')
+# the names Stable-Baselines3 and CleanRL give the same settings, taken as well
+FLAG_ALIASES = dict(env_id=['env_id'], total_steps=['total_timesteps'], bs=['batch_size'], lr=['learning_rate'],
+                    warmup=['learning_starts'], nenvs=['num_envs', 'n_envs'],
+                    train_every=['train_freq', 'train_frequency'],
+                    eps_start=['start_e', 'exploration_initial_eps'], eps_end=['end_e', 'exploration_final_eps'],
+                    n_step=['n_steps'])
+# their names for settings that this command counts in other units: the flag to use instead
+FLAG_INSTEAD = dict(target_network_frequency='--target-every (in updates, not env steps)',
+                    target_update_interval='--target-every (in updates, not env steps)',
+                    exploration_fraction='--eps-decay-steps (in env steps, not a fraction of --steps)')
 
 def flag(name:str) -> str:
     "The command-line flag of argument `name`."
     return '--' + FLAG_NAMES.get(name, name).replace('_', '-')
+
+def aliases(name:str) -> list[str]:
+    "The other flags of argument `name`: the names Stable-Baselines3 and CleanRL give it (`FLAG_ALIASES`)."
+    return ['--' + a.replace('_', '-') for a in FLAG_ALIASES.get(name, [])]
 
 def typed(name:str, value) -> str:
     "`value` of argument `name` as a user would type it."
@@ -71,9 +86,10 @@ def add_flag(group, name:str, hint, help:str):
     "Add the flag of argument `name` to `group`: `--name VALUE`, or `--name/--no-name` for a bool."
     help = re.sub(r'\bNone\b', 'none', help)   # the command's word for Python's None, as `typed` writes it
     allowed = choices(name, hint)
-    if hint is bool: group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction, help=help)
-    else: group.add_argument(flag(name), dest=name, type=converter(hint, allowed), metavar=metavar(hint, allowed),
-                             help=help)
+    # an alias parses as the flag does, listed once in --help-all's epilog (`ALIASES_NOTE`) rather than on each flag
+    for f, h in [(flag(name), help), *((a, argparse.SUPPRESS) for a in aliases(name))]:
+        if hint is bool: group.add_argument(f, dest=name, action=argparse.BooleanOptionalAction, help=h)
+        else: group.add_argument(f, dest=name, type=converter(hint, allowed), metavar=metavar(hint, allowed), help=h)
 
 def function_flags(group, func, names=None):
     "A flag for each parameter of `func` (of `names`, if given) with a default, a positional argument for each without."
@@ -154,6 +170,12 @@ TRAIN_HELP = ("Below: the flags of every run and of the default model (mlp), wit
               "the flags of --model recurrent, --collector and Ape-X (--actors N), and the defaults of --model "
               "recurrent and of ALE/... and MinAtar/... ids.")
 
+def aliases_note() -> str:
+    "The part of `train --help-all`'s epilog that lists the aliases, each flag with its other names."
+    listed = '; '.join(f"{flag(name)}: {', '.join(aliases(name))}" for name in FLAG_ALIASES)
+    lines = textwrap.wrap(listed, 96, initial_indent='  ', subsequent_indent='  ', break_on_hyphens=False)
+    return "the names Stable-Baselines3 and CleanRL use, taken as well:\n" + '\n'.join(lines) + '\n\n'
+
 class Formatter(argparse.HelpFormatter):
     ("argparse's help with the descriptions and epilogs as written, except that a line of prose (not indented) is "
      "wrapped to the terminal, and the flags' help starting a little further right.")
@@ -162,6 +184,23 @@ class Formatter(argparse.HelpFormatter):
         return '\n'.join(indent + line if line[:1].isspace() else textwrap.fill(line, width, initial_indent=indent,
                                                                                 subsequent_indent=indent)
                          for line in text.splitlines())
+
+class Command(argparse.ArgumentParser):
+    ("A subcommand's parser: an unknown flag is its own usage error, with the nearest flags it takes or, for a "
+     "Stable-Baselines3 or CleanRL name that counts differently, the flag to use.")
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extra = super().parse_known_args(args, namespace)
+        if extra: self.error(f"unrecognized arguments: {' '.join(extra)}{self.hint(extra)}")
+        return namespace, extra
+    def hint(self, extra:list) -> str:
+        "What to type instead of the first flag of `extra`."
+        given = next((e.split('=')[0] for e in extra if e.startswith('--')), None)
+        if given is None: return ''
+        if given[2:].replace('-', '_') in FLAG_INSTEAD: return f"; use {FLAG_INSTEAD[given[2:].replace('-', '_')]}"
+        flags = {f: flag(a.dest) if f in aliases(a.dest) else a.option_strings[0]   # an alias: its flag
+                 for f, a in self._option_string_actions.items() if f.startswith('--')}
+        near = dict.fromkeys(flags[f] for f in difflib.get_close_matches(given, list(flags), n=3, cutoff=0.75))
+        return f"; did you mean {' or '.join(near)}?" if near else f"; `{self.prog} --help` lists the flags"
 
 class Hidden:
     "Stands for an argparse group whose flags parse but are left out of the help."
@@ -201,17 +240,20 @@ def make_parser(full:bool=False) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='fastrl_per', description=description, epilog=EXIT_CODES, **raw)
     parser.add_argument('--version', action='version', version=f'fastrl_per {__version__}')
     subparsers = parser.add_subparsers(dest='command', metavar='COMMAND', title='commands', description=listing,
-                                       required=True, help="`fastrl_per COMMAND --help` lists a command's flags")
+                                       required=True, help="`fastrl_per COMMAND --help` lists a command's flags",
+                                       parser_class=Command)
     for name, (func, what, examples) in commands().items():
         steps = '; it runs --steps env steps, or fewer with --solved. ' + TRAIN_HELP
         sub = subparsers.add_parser(name, description=what + steps if func is train else what,
                                     usage=f'fastrl_per {name} [-h] [--help-all] [FLAG ...]' if func is train else None,
-                                    epilog='examples:\n' + '\n'.join(f'  {e}' for e in examples), **raw)
+                                    epilog=(aliases_note() if full and func is train else '') + 'examples:\n'
+                                           + '\n'.join(f'  {e}' for e in examples), **raw)
         if func is train:
             sub.add_argument('--help-all', action=HelpAll)
             train_flags(sub, full)
         else: function_flags(sub, func)
         sub.add_argument('--debug', action='store_true', default=False, help='show the full traceback of a failure')
+        sub.set_defaults(usage_error=sub.error)   # what main calls for a value the command refuses
     return parser
 
 # %% ../nbs/08_cli.ipynb #825f8cba
@@ -238,13 +280,16 @@ def main(argv:list[str]|None=None):
         parser.print_help(sys.stderr)
         sys.exit(2)
     args = vars(parser.parse_args(argv))
-    name, debug = args.pop('command'), args.pop('debug')
+    name, debug, usage_error = args.pop('command'), args.pop('debug'), args.pop('usage_error')
     with warnings.catch_warnings():
         warnings.showwarning = show_warning
         try: out = commands()[name][0](**args)
         except RunInterrupted as e:
             print(f"fastrl_per {name}: {e}", file=sys.stderr)
             sys.exit(e.exit_code)
+        except BadValue as e:   # a flag's value: a usage error, as argparse's own refusals are
+            if debug: raise
+            usage_error(one_line(flagged(e)))
         except KeyboardInterrupt:
             if debug: raise
             print(f"fastrl_per {name}: interrupted", file=sys.stderr)

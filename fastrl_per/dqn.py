@@ -23,7 +23,7 @@ from .atari import make_env
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
 from .priorities import EPS, WEIGHT_NORM
-from .checks import check_int, check_number
+from .checks import check_int, check_number, BadValue
 from .nstep import nstep_discount
 
 # %% auto #0
@@ -377,20 +377,20 @@ def env_dims(env_id:str,
              ) -> tuple[int|tuple[int, ...], int, bool]:
     ("`(obs, n_actions, one_hot)` of `env_id`: the observation size (with `images`, the shape of a stack of uint8 "
      "frames), the number of actions, and whether observations are integers of a `Discrete(obs)` space, which the "
-     "networks one-hot encode (`OneHot`); a `ValueError` unless DQN can run on it.")
+     "networks one-hot encode (`OneHot`); a `BadValue` unless DQN can run on it.")
     check_env_id(env_id)
     env = make_env(env_id)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if not isinstance(act_space, gym.spaces.Discrete):
-        raise ValueError(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
+        raise BadValue(f"DQN needs a discrete action space; {env_id!r} has {act_space}")
     if isinstance(obs_space, gym.spaces.Discrete): return int(obs_space.n), int(act_space.n), True
     image = (isinstance(obs_space, gym.spaces.Box) and obs_space.dtype in (np.uint8, np.bool_)
              and len(obs_space.shape) == 3)
     if images and image:
         return tuple(obs_space.shape), int(act_space.n), False
     if not isinstance(obs_space, gym.spaces.Box) or len(obs_space.shape) != 1:
-        raise ValueError(f"this Q-network needs flat Box or Discrete observations"
+        raise BadValue(f"this Q-network needs flat Box or Discrete observations"
                          f"{' or stacks of uint8 frames' if images else ''}; {env_id!r} has {obs_space}")
     return obs_space.shape[0], int(act_space.n), False
 

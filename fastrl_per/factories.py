@@ -15,7 +15,7 @@ from .apex import ApexRun, require_ray, DEPLOYMENT
 from .atari import id_defaults
 from .envs import check_env_id
 from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
-from .checks import check_int
+from .checks import check_int, BadValue
 
 # %% auto #0
 __all__ = ['BOX2D_EXTRA', 'LEARNERS', 'check_env_dependencies', 'learner_classes', 'placed', 'build_learner', 'restore_learner',
@@ -72,12 +72,12 @@ def new_learner(model:str,
     ("A fresh learner of kind `model` built with `config` (an `ApexRun` if it has `actors`); "
      "a `ValueError` naming an argument it does not take.")
     if model not in learner_classes():
-        raise ValueError(f"model must be one of {sorted(learner_classes())}, got {model!r}")
+        raise BadValue(f"model must be one of {sorted(learner_classes())}, got {model!r}")
     if config.get('actors'): cls, kind = apex_class(model), '`actors`'
     else: cls, kind = learner_classes()[model], f'model={model!r}'
     params = inspect.signature(cls).parameters
     foreign = [f'`{k}`' for k in config if k not in params]
-    if foreign: raise ValueError(f"{', '.join(foreign)} does not apply to {kind}")
+    if foreign: raise BadValue(f"{', '.join(foreign)} does not apply to {kind}")
     env_id = config.get('env_id', params['env_id'].default)
     check_env_dependencies(env_id)
     return cls(**env_defaults(env_id, config, params), **config, **placed(cls, replay_dir))

@@ -12,7 +12,7 @@ import gymnasium as gym
 from .apex import ReplayLost
 from .atari import make_env
 from .envs import check_env_id
-from .checks import check_int, check_number
+from .checks import check_int, check_number, BadValue
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
                                load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
                                save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR,
@@ -115,12 +115,12 @@ def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_di
     return returns
 
 def check_eval_seed(eval_seed:int, episodes:int, config:dict):
-    ("A `ValueError` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, "
+    ("A `BadValue` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, "
      "`seed` to `seed + total_steps`.")
     check_int('eval_seed', eval_seed, low=0)
     seed, total = config['seed'], config['total_steps']
     if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
-        raise ValueError(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
+        raise BadValue(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
                          f"({seed} to {seed + total}); choose one outside them")
 
 def evaluate_greedily(learner:RunLearner, episodes:int, seed:int) -> float:

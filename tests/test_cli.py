@@ -40,6 +40,15 @@ def assert_one_line_error(done, contains):
     assert len(lines) == 1 and contains in lines[0], done.stderr
 
 
+def assert_usage_error(done, contains, command='train'):
+    "A usage error: exit 2, the subcommand's usage, then one line naming `contains`, no traceback."
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert 'Traceback' not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[0].startswith(f'usage: fastrl_per {command} ') and lines[-1].startswith(f'fastrl_per {command}: error: ')
+    assert contains in lines[-1], done.stderr
+
+
 def metrics(run_dir, updates_only=True):
     "metrics.csv's rows; `updates_only`: without the rows of episodes that ended between updates."
     with open(Path(run_dir) / 'metrics.csv', newline='') as f: rows = list(csv.DictReader(f))
@@ -100,15 +109,15 @@ def test_an_env_of_the_users_own_module_trains_evaluates_and_resumes(tmp_path):
     assert json.loads((out / 'run.json').read_text())['config']['env_id'] == 'mymod:Chain-v0'
     assert 'mean return over 2 greedy episodes' in run('evaluate', out, '--episodes', 2, env=env, check=0).stdout
     assert '700 steps' in run('train', '--resume', out, '--steps', 700, '--no-progress', env=env, check=0).stdout
-    assert_one_line_error(run('evaluate', out), "cannot import module 'mymod' of env id 'mymod:Chain-v0'")
-    assert_one_line_error(run('train', '--env', 'Chain-v0', '--out', tmp_path / 'x', env=env), "unknown gymnasium env id 'Chain-v0'")
+    assert_usage_error(run('evaluate', out), "cannot import module 'mymod' of env id 'mymod:Chain-v0'", 'evaluate')
+    assert_usage_error(run('train', '--env', 'Chain-v0', '--out', tmp_path / 'x', env=env), "unknown gymnasium env id 'Chain-v0'")
     assert not (tmp_path / 'x').exists()
 
 
 @pytest.mark.parametrize('env_id, says', [('cartpole-v1', "did you mean 'CartPole-v1'?"), ('Acrobot-v2', "did you mean 'Acrobot-v1'"),
                                           ('nomodule:CartPole-v1', "cannot import module 'nomodule'")])
-def test_a_wrong_env_id_is_one_line_with_the_nearest_ids(env_id, says, tmp_path):
-    assert_one_line_error(run('train', '--env', env_id, '--out', tmp_path / 'run'), says)
+def test_a_wrong_env_id_is_a_usage_error_with_the_nearest_ids(env_id, says, tmp_path):
+    assert_usage_error(run('train', '--env', env_id, '--out', tmp_path / 'run'), says)
     assert not (tmp_path / 'run').exists()
 
 
@@ -162,7 +171,8 @@ def test_train_help_shows_the_common_flags_first_in_at_most_100_lines(columns, m
     sections = [l for l in full.splitlines() if l and not l[0].isspace() and l.endswith(':')]
     assert sections == ['options:', 'the run:', 'the learner (a flag marked "mlp only": --model mlp alone):',
                         'the recurrent model only (--model recurrent):', 'the background collector (--collector; mlp only):',
-                        'Ape-X on Ray (--actors N; the ray extra):', 'examples:'], sections
+                        'Ape-X on Ray (--actors N; the ray extra):',
+                        'the names Stable-Baselines3 and CleanRL use, taken as well:', 'examples:'], sections
     assert full.index('--length INT') > full.index('the recurrent model only') and full.index('--chunk INT') > full.index('Ape-X')
 
 
@@ -310,3 +320,46 @@ def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
     done = run('evaluate', run_dir, '--episodes', 1, check=0)
     assert f"fastrl_per: warning: the run was written with torch 0.0.1, this is {installed_version('torch')}" in done.stderr
     assert 'fastrl_per: warning: the run was written at git revision 0000' in done.stderr
+
+
+# issue 55: first contact, round three
+
+@pytest.mark.parametrize('args, says', [
+    (('--stpes', 10), 'unrecognized arguments: --stpes 10; did you mean --steps'),
+    (('--batchsize', 64), 'unrecognized arguments: --batchsize 64; did you mean --bs?'),
+    (('--steps', 100, '--target-network-frequency', 500), 'use --target-every (in updates, not env steps)'),
+    (('--target-update-interval=500',), 'use --target-every (in updates, not env steps)'),
+    (('--exploration-fraction', 0.5), 'use --eps-decay-steps (in env steps, not a fraction of --steps)'),
+    (('--zzz',), '`fastrl_per train --help` lists the flags'),
+    (('--seed', 'abc'), "argument --seed: invalid int value: 'abc'"),
+    (('--env', 'cartpole-v1'), "did you mean 'CartPole-v1'?"),
+    (('--env', 'Pendulum-v1'), "DQN needs a discrete action space; 'Pendulum-v1' has Box"),
+    (('--steps', 0), '--steps 0 is not an int >= 1'),
+    (('--batch-size', 0), '--bs 0 is not an int >= 1'),
+    (('--model', 'recurrent', '--replay', 'uniform'), "--replay does not apply to --model 'recurrent'")])
+def test_a_usage_error_shows_trains_usage_and_exits_2_as_help_says(args, says, tmp_path):
+    assert_usage_error(run('train', '--out', tmp_path / 'run', *args), says)
+    assert not (tmp_path / 'run').exists()
+    assert '  2    a usage error' in run('train', '--help', check=0).stdout + run('--help', check=0).stdout
+
+
+def test_evaluate_names_the_nearest_flag(tmp_path):
+    assert_usage_error(run('evaluate', tmp_path, '--epsiodes', 3), 'did you mean --episodes?', 'evaluate')
+
+
+def test_the_names_sb3_and_cleanrl_use_are_flags_too(tmp_path):
+    out = tmp_path / 'run'
+    run('train', '--out', out, '--total-timesteps', 200, '--batch-size', 16, '--learning-rate', 0.001,
+        '--learning-starts', 50, '--train-freq', 2, '--exploration-final-eps', 0.1, '--eval-every', 0, '--solved', 0,
+        '--no-progress', check=0)
+    config = json.loads((out / 'run.json').read_text())['config']
+    assert {k: config[k] for k in ('total_steps', 'bs', 'lr', 'warmup', 'train_every', 'eps_end')} == \
+        dict(total_steps=200, bs=16, lr=0.001, warmup=50, train_every=2, eps_end=0.1)
+    listed = ' '.join(run('train', '--help-all', check=0).stdout.split())
+    for alias in ('--total-timesteps', '--batch-size', '--learning-rate', '--learning-starts', '--train-freq'):
+        assert alias in listed, alias
+
+
+def test_the_runs_page_shows_what_a_mistyped_flag_prints():
+    done = run('train', '--stpes', 10, check=2)
+    assert '$ fastrl_per train --stpes 10\n' + done.stderr + '```' in (ROOT / 'docs' / 'runs.md').read_text()

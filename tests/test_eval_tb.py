@@ -148,14 +148,16 @@ def test_evaluate_plays_best_pt_unless_latest(evaluated_run, tmp_path):
     assert 'network: checkpoint.pt (the latest, step 300)' in latest.stdout
 
 
-def test_a_bad_eval_setting_is_one_line_and_writes_nothing(tmp_path):
+def test_a_bad_eval_setting_is_a_usage_error_and_writes_nothing(tmp_path):
     for args, message in [(('--eval-seed', 100), '--eval-seed 100 would evaluate on the training env'),
                           (('--eval-episodes', 0), '--eval-episodes 0 is not an int >= 1'),
                           (('--confirm-episodes', -1), '--confirm-episodes -1 is not an int >= 0'),
                           (('--eval-every', -1), '--eval-every -1 is not an int >= 0'),
                           (('--log-every', 0), '--log-every 0 is not an int >= 1')]:
         done = run('train', '--out', tmp_path / 'run', '--steps', 100, *args)
-        assert done.returncode == 1 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        # a usage error: train's usage, then one line naming the flag, exit 2
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and message in lines[-1] and len(lines) == 2, done.stderr
     assert not (tmp_path / 'run').exists() or not any((tmp_path / 'run').iterdir())
 
 

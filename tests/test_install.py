@@ -64,3 +64,18 @@ def test_docs_installs_what_it_uses_before_using_it():
     lines = (ROOT/'tools'/'docs.sh').read_text().splitlines()
     uses = [i for i, l in enumerate(lines) if re.search(r'\.venv/bin/(?!python -m pip)', l)]
     assert uses and min(uses) >= at, f'tools/docs.sh uses .venv before it installs into it: line {min(uses) + 1}'
+
+
+def test_the_tests_install_what_the_cleanrl_example_imports():
+    ("examples/cleanrl_dqn_per.py's imports beyond the package's own requirements are its `cleanrl` extra, which "
+     "tools/test.sh installs: its end-to-end tests import them and so fail, not skip, where they are missing.")
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT/'settings.ini')
+    extra = {re.split(r'[<>=\[]', r)[0] for r in cfg['DEFAULT']['cleanrl_requirements'].split()}
+    assert extra == {'tyro', 'tensorboard'}
+    source = (ROOT/'examples'/'cleanrl_dqn_per.py').read_text()
+    assert re.search(r'^import tyro$', source, re.M) and 'torch.utils.tensorboard import SummaryWriter' in source
+    assert 'cleanrl' in install_line('test.sh')[1].strip('.[]').split(',')
+    tests = (ROOT/'tests'/'test_weights.py').read_text()
+    assert "importorskip('tyro')" not in tests and 'import tyro' in tests

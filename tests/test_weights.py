@@ -4,6 +4,7 @@ with the same checks; annealing past the end of training holds beta at its final
 import inspect
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -225,16 +226,29 @@ def test_replay_server_anneals_past_the_end():
 @pytest.mark.slow
 @pytest.mark.parametrize('replay', ['per', 'uniform', 'sb3'])
 def test_the_cleanrl_example_runs_end_to_end(replay, tmp_path):
-    pytest.importorskip('tyro')
-    if replay == 'sb3': pytest.importorskip('stable_baselines3')
+    # the `cleanrl` and `sb3` extras are installed by tools/test.sh: a missing one fails here instead of skipping
+    import tyro, stable_baselines3   # noqa: F401
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     out = tmp_path / replay
     done = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cleanrl_dqn_per.py'), '--total-timesteps', '2500',
                            '--learning-starts', '500', '--target-network-frequency', '100', '--replay', replay,
                            '--weight-norm', 'batch', '--out', str(out)],
-                          capture_output=True, text=True, timeout=600, env={**_env(), 'OMP_NUM_THREADS': '1'})
+                          capture_output=True, text=True, timeout=600, env={**_env(), 'OMP_NUM_THREADS': '1'},
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    *log, last = done.stdout.splitlines()
     summary = json.loads(out.joinpath('summary.json').read_text())
-    assert summary == {**json.loads(done.stdout), 'args': summary['args']}   # what it prints is what it saved
+    assert summary == {**json.loads(last), 'args': summary['args']}   # what it prints last is what it saved
+    # CleanRL's lines: one per episode, and SPS every 100 steps once learning (steps 600, 700, ..., 2,400)
+    episode_lines = [line for line in log if re.fullmatch(r'global_step=\d+, episodic_return=[\d.]+', line)]
+    assert len(episode_lines) == summary['episodes']
+    assert len([line for line in log if re.fullmatch(r'SPS: \d+', line)]) == 19
+    assert len(log) == summary['episodes'] + 19   # and nothing else
+    # and its TensorBoard run under runs/ in the working directory
+    (run,) = tmp_path.joinpath('runs').iterdir()
+    assert run.name.startswith('CartPole-v1__cleanrl_dqn_per__1__')
+    tags = EventAccumulator(str(run)).Reload().Tags()['scalars']
+    assert {'charts/episodic_return', 'charts/SPS', 'losses/td_loss', 'losses/q_values', 'losses/mean_weight'} <= set(tags)
     # updates every 10 steps past step 500: 510, 520, ..., 2,490
     assert summary['updates'] == 199 and summary['episodes'] > 0 and summary['sps'] > 0
     assert summary['args']['replay'] == replay
@@ -247,7 +261,7 @@ def test_the_cleanrl_example_runs_end_to_end(replay, tmp_path):
 
 
 def test_the_example_refuses_an_unknown_replay():
-    pytest.importorskip('tyro')
+    import tyro   # noqa: F401  (the cleanrl extra, which tools/test.sh installs)
     done = subprocess.run([sys.executable, str(ROOT / 'examples' / 'cleanrl_dqn_per.py'), '--replay', 'prioritized'],
                           capture_output=True, text=True, timeout=120, env=_env())
     assert done.returncode != 0 and 'prioritized' in done.stderr
