@@ -24,7 +24,7 @@ def last_writes(idxs:torch.Tensor, # int64 indices, repeats allowed
     last = torch.searchsorted(idxs, idxs, right=True) - 1   # the last position of each index's run
     return (idxs, *(v[order][last] for v in values))
 
-# %% ../nbs/04c_device_tree.ipynb #17169f59
+# %% ../nbs/04c_device_tree.ipynb #bfff1dc6
 class DeviceSumTree:
     "The host `SumTree`'s heap of partial sums, and a heap of minima, as torch tensors on `device`, used in batches."
     def __init__(self,
@@ -43,6 +43,7 @@ class DeviceSumTree:
     def __len__(self): return self.capacity
     def __repr__(self): return f"DeviceSumTree(capacity={self.capacity}, device={self.device}, dtype={self.dtype})"
     leaves = property(lambda self: self.sums[self._n:self._n + self.capacity], doc="The leaves, as a view.")
+    def __getitem__(self, idxs): return self.leaves[idxs].clone()   # the leaves at `idxs`, as the host tree gives them
     total = property(lambda self: self.sums[1], doc="The sum of all leaves: the root, a 0-d tensor.")
     min = property(lambda self: self.mins[1], doc="The smallest positive leaf (`inf` if none), a 0-d tensor.")
 
@@ -109,7 +110,7 @@ def _host(x) -> np.ndarray:
     "`x` as a numpy array, copied from its device if it is a tensor elsewhere."
     return x.numpy(force=True) if isinstance(x, torch.Tensor) else np.asarray(x)
 
-# %% ../nbs/04c_device_tree.ipynb #d4a2a303
+# %% ../nbs/04c_device_tree.ipynb #a1ad4672
 class DevicePriorities:
     ("The host `Priorities` core of the proportional kind as tensors on `device`: raw priorities, write counts and the "
      "stale rule, `max_priority`, and the stratified draw with its importance weights, in fixed-shape tensor ops.")
@@ -148,6 +149,11 @@ class DevicePriorities:
     max_priority = property(lambda self: float(self._top), doc="The largest raw priority |td| + eps seen.")
     stale_dropped = property(lambda self: int(self._dropped), doc="Updates dropped: their key was rewritten.")
 
+    @staticmethod
+    def nbytes_for(capacity:int, dtype:torch.dtype=torch.float64) -> int:
+        "Bytes a core of `capacity` keys takes on its device: 16 per key, and the tree's two heaps."
+        return 16 * capacity + 4 * (1 << (capacity - 1).bit_length()) * dtype.itemsize
+
     def leaves_of(self, prios:torch.Tensor) -> torch.Tensor:
         "The tree's leaves of raw priorities `prios` (0: nothing there): p ** alpha, in the tree's dtype."
         return torch.where(prios > 0, prios ** self._alpha, 0.).to(self.tree.dtype)
@@ -178,9 +184,13 @@ class DevicePriorities:
         if self.stale_rule: self.writes[keys] += 1
         else: self.writes[keys], self.sampled_at[keys] = 1, -1   # a new history: updates always apply
 
-    def draw(self,
-             r:torch.Tensor, # one uniform in [0, 1) per sample, on the device
-             check:bool=True): # raise a `ValueError` unless the total is positive and finite (a host sync)
+    def draw(self, rng:np.random.Generator, bs:int) -> tuple:
+        "The host core's draw: `bs` uniforms from the host sampler `rng` (as the host core takes them) to `draw_given`."
+        return self.draw_given(torch.from_numpy(rng.random(bs)).to(self.device, non_blocking=True))
+
+    def draw_given(self,
+                   r:torch.Tensor, # one uniform in [0, 1) per sample, on the device
+                   check:bool=True): # raise a `ValueError` unless the total is positive and finite (a host sync)
         "`len(r)` keys drawn in equal segments of the total and their float32 weights; each remembers its write count."
         if check:
             total = float(self.tree.total)
@@ -234,11 +244,18 @@ class DevicePriorities:
                     priorities=self.raw[keys].cpu(), writes=self.writes[keys].cpu(),
                     sampled_at=self.sampled_at[keys].cpu())
 
+    def _host_twin(self) -> Priorities:
+        "An empty host core with this one's capacity and settings: it checks and loads states for this one."
+        return Priorities(self.capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization,
+                          self.weight_norm)
+    def check_state(self, state:dict, n:int):
+        "A `ValueError` naming the problem unless `state` is a state of `n` keys that loads here (the host's checks)."
+        self._host_twin().check_state(state, n)
+
     def load_state_dict(self, state:dict, keys):
         ("Replace everything with `state` (a `state_dict`, or a host core's of the proportional kind), at `keys`: "
          "checked by a host core first, so a rejected state changes nothing.")
-        host = Priorities(self.capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.prioritization,
-                          self.weight_norm)
+        host = self._host_twin()
         host.load_state_dict(state, keys)
         self.copy_host(host)
 

@@ -22,9 +22,9 @@ from .state import Stateful, check_keys, check_version
 # %% auto #0
 __all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
            'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
-           'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'MemoryView', 'locked', 'BufferCore',
-           'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
-           'ReplayBuffer', 'ExperienceReplay']
+           'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'DeviceStorage', 'MemoryView',
+           'locked', 'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage',
+           'distinct_draw', 'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -149,7 +149,9 @@ class FieldWriter:
     """Fields given as keywords laid out as a fixed schema's columns, as `add`/`extend` through a `SimpleStep` would
     store them: a one-number field takes any bool, int or (but for the int ones) float value and is cast to its dtype,
     every other field must have the schema's dtype and shape; the one-number fields left out take their defaults."""
-    def __init__(self, schema:dict):
+    def __init__(self, schema:dict,
+                 tensors:bool=False): # keep torch tensors as given (a `DeviceStorage` writes them on its device)
+        self.tensors = tensors
         self.schema, self.layout = schema, unflatten_fields({n: n for n in schema})   # field -> column or {key: column}
         self.nested = any(isinstance(c, dict) for c in self.layout.values())   # a dict field: its keys spread first
         self.defaults = {n: np.asarray(v, schema[n][0]) for n, v in FIELD_DEFAULTS.items() if n in schema}   # 0-d
@@ -177,8 +179,10 @@ class FieldWriter:
             spec = self.specs.get(col)
             if spec is None: return None
             want, per_row, kinds, bounds = spec
-            if type(v) is torch.Tensor and v.dtype in _TORCH_DTYPES: v = v.numpy(force=True)   # the usual first
-            if type(v) is np.ndarray and v.dtype.kind in 'biu': dtype, shape = v.dtype, v.shape
+            if type(v) is torch.Tensor and v.dtype in _TORCH_DTYPES and not self.tensors:
+                v = v.numpy(force=True)   # the usual first
+            if type(v) is torch.Tensor and v.dtype in _TORCH_DTYPES: dtype, shape = _TORCH_DTYPES[v.dtype], v.shape
+            elif type(v) is np.ndarray and v.dtype.kind in 'biu': dtype, shape = v.dtype, v.shape
             elif type(v) is np.ndarray and v.dtype.kind == 'f': dtype, shape = _F32, v.shape
             elif (got := field_array(v)) is None: return None
             else: v, dtype, shape = got
@@ -266,15 +270,19 @@ class RingStorage:
             dtype = packed_dtype(columns)
             rows = np.zeros(self.max_sz, dtype) if self.disk is None else self.disk.zeros('rows', (self.max_sz,), dtype)
         self._hold(rows)
-        self.order, self.schema = list(columns), schema_of(columns)
-        self.layout = unflatten_fields({n: n for n in columns})
-        self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
-        self.writer = FieldWriter(self.schema)   # keyword writes
+        self._lay_out(columns)
         blank = np.zeros(1, rows.dtype)   # one row of the writer's defaults: a batch of keywords starts from it
         for n, v in self.writer.defaults.items(): blank[n] = v
         self._blank = blank.view(self._records.dtype)[0]   # as raw bytes: numpy copies it in one go, not field by field
         self._plain = all(isinstance(c, str) for c in self.layout.values())   # no dict field: the quick single steps
         self._signature = self._small = None
+
+    def _lay_out(self, columns:dict, tensors:bool=False):
+        "Keep the order, schema and layout of `columns` (the eleven fields, then extras) and a writer for keywords."
+        self.order, self.schema = list(columns), schema_of(columns)
+        self.layout = unflatten_fields({n: n for n in columns})
+        self.extra_fields = tuple(n for n in self.layout if n not in STEP_FIELDS)
+        self.writer = FieldWriter(self.schema, tensors)   # keyword writes
 
     @property
     def columns(self) -> dict|None:
@@ -448,6 +456,83 @@ class RingStorage:
         "The stored slots that cannot be sampled: none."
         return np.zeros(0, np.int64)
 
+# %% ../nbs/03_memory.ipynb #acd66593
+def _torch_dtype(dtype:np.dtype) -> torch.dtype: return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+class DeviceStorage(RingStorage):
+    ("`max_sz` rows of fields as one torch tensor per column on `device`, overwritten oldest first: a `RingStorage` "
+     "whose checks, trackers and save format it keeps, with tensors written and gathered on the device.")
+    def __init__(self,
+                 max_sz:int, # rows kept
+                 declared:dict|None=None, # the column schema the first write must fit (`declared_schema`); None: any
+                 device='cpu'): # where the columns live
+        super().__init__(max_sz, declared)
+        self.device = torch.device(device)
+
+    def _hold(self, rows:dict|None):
+        "Keep `rows`: the columns by name (None before the first write)."
+        self.rows, self._records, self._cols = rows, None, rows
+
+    def _allocate(self, columns:dict, rows=None):
+        "Zeroed columns on the device shaped after `columns` (arrays with a batch axis), in their order."
+        self._hold({n: torch.zeros((self.max_sz, *a.shape[1:]), dtype=_torch_dtype(a.dtype), device=self.device)
+                    for n, a in columns.items()})
+        self._lay_out(columns, tensors=True)
+
+    def write_fields(self, fields:Mapping, batch:bool) -> np.ndarray|None:
+        "Write one transition or a batch given as fields (tensors stay tensors); None, writing nothing, if they misfit."
+        got = None if self.rows is None else self.writer.columns(fields, batch)
+        return None if got is None else self._put(*got)
+
+    def _put(self, columns:dict, k:int, defaults:dict|None=None) -> np.ndarray:
+        "Write `k` checked rows (a value without the batch axis fills every row) at the ring's head; their slots."
+        skip = max(0, k - self.max_sz)   # a batch longer than the ring keeps its newest max_sz rows
+        slots = np.arange(self.n_added + skip, self.n_added + k) % self.max_sz
+        at = torch.from_numpy(slots).to(self.device, non_blocking=True)
+        for name, col in self.rows.items():
+            v = torch.as_tensor(columns[name], device=self.device).to(col.dtype)
+            col[at] = v[skip:] if skip and v.ndim == col.ndim else v
+        self.n_added += k
+        return slots
+
+    def write_step(self, step:SimpleStep) -> int:
+        "Write one single step (checked like `write`), its tensors as they are; its slot."
+        slots = self.write_fields(flatten_fields(step.as_dict()), batch=False)
+        return int((self.write(step_columns(step)) if slots is None else slots)[0])
+
+    def gather(self, idxs) -> SimpleStep:
+        "The rows at `idxs` (ints, an array or a tensor) as a `SimpleStep` batch of tensors on the device."
+        at = torch.as_tensor(idxs, device=self.device)
+        return SimpleStep.from_fields(unflatten_fields({n: self.rows[n][at] for n in self.order}))
+
+    def state(self) -> dict|None:
+        "A copy of every column as CPU tensors, or None before the first write."
+        return None if self.rows is None else {n: c.cpu().clone() for n, c in self.columns.items()}
+
+    def load(self, n_added:int, columns:dict|None):
+        "Replace everything with `n_added` and full-length `columns` as `state` gives them (checked by the caller)."
+        self.n_added = n_added
+        self._hold(None)
+        if columns is None: return
+        self._allocate({n: c.numpy() for n, c in columns.items()})
+        for n, c in columns.items(): self.rows[n].copy_(c)
+
+    def nbytes(self): return 0 if self.rows is None else sum(c.nbytes for c in self.rows.values())
+
+    def arrays(self) -> dict:
+        "What a save writes: the columns packed into a `RingStorage`'s host records (one copy to the host)."
+        if self.rows is None: return {}
+        columns = {n: c.numpy(force=True) for n, c in self.columns.items()}
+        rows = np.zeros(self.max_sz, packed_dtype(columns))
+        for n, c in columns.items(): rows[n] = c
+        return {'rows': rows}
+
+    def adopt(self, n_added:int, arrays:dict, meta:dict):
+        "Take over checked saved `arrays` (`check_arrays`): the saved records, read and copied to the device."
+        if not arrays: return self.load(n_added, None)
+        rows = read_rows(arrays['rows'], min(n_added, self.max_sz))
+        self.load(n_added, {n: torch.from_numpy(np.ascontiguousarray(rows[n])) for n in rows.dtype.names})
+
 # %% ../nbs/03_memory.ipynb #e2f720aa
 class MemoryView:
     "Read-only view of a buffer's stored steps: `[int]` a step, `[slice]` a batch, iteration in slot order."
@@ -531,11 +616,14 @@ STORAGE_PROTOCOL = ('write', 'write_step', 'write_fields', 'gather', 'state', 'c
                     'n_valid', 'valid_slots', 'invalid_slots', 'arrays', 'counts', 'meta', 'saved', 'check_arrays',
                     'adopt')
 
-def buffer_storage(max_sz:int|None, schema:dict|None, storage):
-    """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` of `max_sz` (None: 100) rows declared
-    with `schema`; a `TypeError` or `ValueError` naming the values when they clash."""
+def buffer_storage(max_sz:int|None, schema:dict|None, storage, device=None):
+    """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` (a `DeviceStorage` on `device`) of
+    `max_sz` (None: 100) rows declared with `schema`; a `TypeError` or `ValueError` naming the values if they clash."""
     if storage is None:
-        return RingStorage(100 if max_sz is None else max_sz, None if schema is None else declared_schema(schema))
+        size, declared = 100 if max_sz is None else max_sz, None if schema is None else declared_schema(schema)
+        return RingStorage(size, declared) if device is None else DeviceStorage(size, declared, device)
+    if device is not None:
+        raise TypeError(f"a buffer given a storage takes no device (got device={device!r}): give a DeviceStorage")
     missing = [n for n in STORAGE_PROTOCOL if not hasattr(type(storage), n)]
     if missing: raise TypeError(f"storage must be a RingStorage or a FrameStorage, got {storage!r:.100} (no {missing})")
     name = type(storage).__name__
@@ -585,13 +673,15 @@ class ReplayBuffer(BufferCore):
                  bs:int=1, # default batch size of `sample`
                  seed:int|None=None, # seeds the sampler
                  schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
-                 storage=None): # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+                 storage=None, # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
+                 device=None): # keep the steps (and priorities) in torch tensors there (a `DeviceStorage`); None: host
         if max_sz is not None: check_int('max_sz', max_sz)
         check_int('bs', bs)
-        storage = buffer_storage(max_sz, schema, storage)
+        storage = buffer_storage(max_sz, schema, storage, device)
         if bs > storage.max_sz: raise ValueError(f"bs ({bs}) cannot be larger than max_sz ({storage.max_sz})")
         super().__init__()
         self.bs, self.storage, self.rng = bs, storage, np.random.default_rng(seed)
+        self.device = getattr(storage, 'device', None)   # where the storage keeps its steps; None: the host
         self._unhooked = 0  # steps written since `_written` last ran
         self._drawn = (None, None)  # the last batch's `idxs` as handed out, and the same slots as a host int64 array
         self._saved = None   # where `save` last wrote and what it returned (`save_arrays`): the next save adds to it
@@ -695,12 +785,20 @@ class ReplayBuffer(BufferCore):
             if self._unhooked: self.flush()
             idxs, weights = self._draw(bs)
             batch = self.storage.gather(idxs)
+        if self.device is not None: return self._device_batch(batch, idxs, weights, device)
         slots = idxs.astype(np.int64, copy=False)
         batch.idxs, batch.weights = torch.from_numpy(slots), torch.from_numpy(weights)
         copy = None if device is None else copier(device)   # None too for the host
         if copy is not None: batch = batch._map(copy)
         self._drawn = (batch.idxs, slots)   # handed back to `update_priorities`, it needs no copy to the host
         return batch
+
+    def _device_batch(self, batch:SimpleStep, idxs, weights, device) -> SimpleStep:
+        "A batch gathered on the storage's device with its `idxs` and `weights` there too; on `device` if another."
+        batch.idxs, batch.weights = (torch.as_tensor(t, device=self.device) for t in (idxs, weights))
+        self._drawn = (None, None)   # its idxs come back as a tensor on the device: `_feedback` reads them
+        if device is None or torch.device(device) == self.device: return batch
+        return batch._map(lambda t: t.to(device))
 
     def update_priorities(self,
                           idxs, # slots, as in a sampled batch's `idxs`: shape (B,)

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import numpy as np
 from .memory import ReplayBuffer, ExperienceReplay
-from .priorities import Priorities, PriorityKnobs, feedback_arrays, EPS, WEIGHT_NORM, PRIORITIZATION
+from .priorities import Priorities, PriorityKnobs, feedback_arrays, kind_class, EPS, WEIGHT_NORM, PRIORITIZATION
+from .devicetree import DevicePriorities
 
 # %% auto #0
 __all__ = ['PrioritizedReplayBuffer', 'PrioritizedExperienceReplay']
@@ -27,10 +28,15 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
                  prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  schema:dict|None=None, # field -> (dtype, shape) or a gymnasium space; None: the first write fixes it
                  storage=None, # an empty `RingStorage` or `FrameStorage` to keep the steps in; None: a `RingStorage`
-                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
-        super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema, storage=storage)
-        self._core = Priorities(self.max_sz, alpha=alpha, beta=beta, eps=eps, prioritization=prioritization,
-                                weight_norm=weight_norm)
+                 weight_norm:str=WEIGHT_NORM, # weights divided by the batch's largest weight ('batch') or the buffer's
+                 device=None): # keep steps and priorities in torch tensors there (proportional only); None: the host
+        if device is not None and kind_class(prioritization).name != DevicePriorities.prioritization:
+            raise ValueError(f"a buffer on a device draws {DevicePriorities.prioritization!r}, "
+                             f"got prioritization={prioritization!r}: leave device out to use it on the host")
+        super().__init__(max_sz=max_sz, bs=bs, seed=seed, schema=schema, storage=storage, device=device)
+        settings = dict(alpha=alpha, beta=beta, eps=eps, weight_norm=weight_norm)
+        self._core = (Priorities(self.max_sz, prioritization=prioritization, **settings) if self.device is None else
+                      DevicePriorities(self.max_sz, device=self.device, **settings))
 
     @property
     def prioritizer(self) -> Priorities:
