@@ -82,8 +82,8 @@ class SB3Buffer(SB3ReplayBuffer):
         return self.core_class(n, storage=storage, **self.buffer_kwargs)
 
     @property
-    def core(self) -> ReplayBuffer:
-        "Our buffer, holding every step added."
+    def core(self):
+        "Our buffer (a `ReplayBuffer` or `PrioritizedReplayBuffer`), holding every step added."
         self.flush()
         return self._core
 
