@@ -9,6 +9,8 @@ from typing import NamedTuple
 import numpy as np, torch
 import torch.nn.functional as F
 from gymnasium import spaces
+from .memory import ReplayBuffer
+from .frames import FrameStorage
 from .per import PrioritizedReplayBuffer
 
 SB3_EXTRA = "pip install 'fastrl_per[sb3]'"
@@ -22,9 +24,10 @@ except ImportError:
                       f"{SB3_EXTRA}") from None
 
 # %% auto #0
-__all__ = ['SB3_EXTRA', 'UPSTREAM_HASHES', 'PrioritizedSamples', 'PrioritizedSB3Buffer', 'weighted_mse', 'PrioritizedReplay',
-           'twin_td_errors', 'PrioritizedDQN', 'PrioritizedSAC', 'PrioritizedTD3', 'PrioritizedDDPG',
-           'quantile_huber_losses', 'PrioritizedQRDQN', 'PrioritizedTQC', 'source_hash', 'upstream', 'upstream_changes']
+__all__ = ['SB3_EXTRA', 'UPSTREAM_HASHES', 'PrioritizedSamples', 'SB3Buffer', 'PrioritizedSB3Buffer', 'weighted_mse',
+           'PrioritizedReplay', 'twin_td_errors', 'PrioritizedDQN', 'PrioritizedSAC', 'PrioritizedTD3',
+           'PrioritizedDDPG', 'quantile_huber_losses', 'PrioritizedQRDQN', 'PrioritizedTQC', 'source_hash', 'upstream',
+           'upstream_changes']
 
 # %% ../nbs/16_sb3.ipynb #e2cf8941
 class PrioritizedSamples(NamedTuple):
@@ -39,10 +42,12 @@ class PrioritizedSamples(NamedTuple):
     weights: torch.Tensor  # (B, 1) float32 importance weights, on the buffer's device
 
 # %% ../nbs/16_sb3.ipynb
-class PrioritizedSB3Buffer(SB3ReplayBuffer):
-    ("SB3's `ReplayBuffer` interface over one `PrioritizedReplayBuffer` holding the steps of all `n_envs` envs: "
-     "`add` stores a step of each env, `sample` draws in proportion to priority and adds `idxs` and `weights`.")
-    stage_rows = 256  # `add` calls gathered before they go to the prioritized buffer in one `extend`
+class SB3Buffer(SB3ReplayBuffer):
+    ("SB3's `ReplayBuffer` interface over one of our buffers holding the steps of all `n_envs` envs, drawn uniformly: "
+     "`add` stores a step of each env, `sample` adds `idxs` and `weights` (ones) to SB3's batch; "
+     "`optimize_memory_usage=True` keeps each image frame once (`FrameStorage`).")
+    stage_rows = 256  # `add` calls gathered before they go to the buffer in one `extend`
+    core_class = ReplayBuffer
 
     def __init__(self,
                  buffer_size:int, # transitions kept in all, as SB3 counts them (`buffer_size // n_envs` per env)
@@ -50,18 +55,18 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
                  action_space:spaces.Space,
                  device:torch.device|str='auto', # where `sample` puts the batch
                  n_envs:int=1, # envs stepped together: each `add` stores one step of each
-                 optimize_memory_usage:bool=False, # SB3's option; not supported (next observations are kept)
+                 optimize_memory_usage:bool=False, # keep each frame of stacked uint8 image observations once
                  handle_timeout_termination:bool=True, # store `TimeLimit.truncated` ends as not terminal, as SB3
-                 **buffer_kwargs): # passed on to `PrioritizedReplayBuffer`: alpha, beta, eps, seed, ...
-        if optimize_memory_usage:
-            raise ValueError("optimize_memory_usage=True is not supported: "
-                             "the prioritized buffer keeps next observations")
+                 **buffer_kwargs): # passed on to our buffer (`ReplayBuffer`, `PrioritizedReplayBuffer`): seed, ...
         if isinstance(observation_space, spaces.Dict):
-            raise ValueError(f"observation space {observation_space} is a Dict: "
-                             "the prioritized buffer takes Box or Discrete")
+            raise ValueError(f"observation space {observation_space} is a Dict: this buffer takes Box or Discrete")
+        shape, dtype = observation_space.shape, observation_space.dtype
+        if optimize_memory_usage and (dtype != np.uint8 or len(shape) != 3):
+            raise ValueError(f"optimize_memory_usage=True keeps each frame once: it needs uint8 image stacks "
+                             f"(stack, height, width), got observations of shape {shape} and dtype {dtype}")
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         self.buffer_size = max(buffer_size // n_envs, 1)   # rows per env, as SB3: `size()` and `pos` count rows
-        self.optimize_memory_usage, self.handle_timeout_termination = False, handle_timeout_termination
+        self.optimize_memory_usage, self.handle_timeout_termination = optimize_memory_usage, handle_timeout_termination
         self.buffer_kwargs = buffer_kwargs
         self.reset()
 
@@ -71,30 +76,38 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         self._core = self._new_core()
         self._staged, self._n_staged = None, 0   # columns of the rows added since the last `flush`, and their number
 
-    def _new_core(self): return PrioritizedReplayBuffer(self.buffer_size * self.n_envs, **self.buffer_kwargs)
+    def _new_core(self):
+        n = self.buffer_size * self.n_envs
+        storage = FrameStorage(n) if self.optimize_memory_usage else None
+        return self.core_class(n, storage=storage, **self.buffer_kwargs)
 
     @property
-    def core(self) -> PrioritizedReplayBuffer:
-        "The prioritized buffer, holding every step added."
+    def core(self):
+        "Our buffer (a `ReplayBuffer` or `PrioritizedReplayBuffer`), holding every step added."
         self.flush()
         return self._core
 
-    def _rows(self, obs, next_obs, action, reward, done) -> dict:
-        "One step of each env as the columns the prioritized buffer stores."
+    def _rows(self, obs, next_obs, action, reward, done, timeout) -> dict:
+        ("One step of each env as the columns our buffer stores; with frames stored once also each env's id and "
+         "whether it was cut by a timeout, so that the frame storage knows where episodes end.")
         n, obs_dtype = self.n_envs, self.observation_space.dtype
-        return dict(state=np.asarray(obs, obs_dtype).reshape(n, *self.obs_shape),
+        rows = dict(state=np.asarray(obs, obs_dtype).reshape(n, *self.obs_shape),
                     next_state=np.asarray(next_obs, obs_dtype).reshape(n, *self.obs_shape),
                     action=np.asarray(action, self._maybe_cast_dtype(self.action_space.dtype)).reshape(n, -1),
                     reward=np.asarray(reward, np.float32).reshape(n), terminated=np.asarray(done, np.float32))
+        if not self.optimize_memory_usage: return rows
+        return dict(rows, terminated=rows['terminated'] > 0, truncated=np.asarray(timeout, bool).reshape(n),
+                    env_id=np.arange(n), n_steps=np.ones(n, np.int32))
 
     def add(self, obs:np.ndarray, next_obs:np.ndarray, action:np.ndarray, reward:np.ndarray, done:np.ndarray,
             infos:list[dict]):
         "Store one step of each env, as SB3's off-policy loop hands it over (next_obs: the terminal observation)."
         n = self.n_envs
         done = np.asarray(done, np.float32).reshape(n)
-        if self.handle_timeout_termination:
-            done = done * (1 - np.array([info.get("TimeLimit.truncated", False) for info in infos], np.float32))
-        rows = self._rows(obs, next_obs, action, reward, done)
+        timeout = np.array([info.get("TimeLimit.truncated", False) for info in infos], np.float32) * done
+        if self.handle_timeout_termination: done = done * (1 - timeout)
+        else: timeout = np.zeros(n, np.float32)   # a timeout stored as SB3 stores it then: terminal
+        rows = self._rows(obs, next_obs, action, reward, done, timeout)
         if self._staged is None:
             size = min(self.stage_rows, self.buffer_size) * n   # never more than the ring holds
             self._staged = {k: np.empty((size, *v.shape[1:]), v.dtype) for k, v in rows.items()}
@@ -105,12 +118,12 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         if self.pos == self.buffer_size: self.full, self.pos = True, 0
 
     def flush(self):
-        "Hand the rows added since the last flush to the prioritized buffer in one `extend`, at the max priority."
+        "Hand the rows added since the last flush to our buffer in one `extend` (prioritized: at the max priority)."
         if self._n_staged: self._core.extend(**{k: v[:self._n_staged] for k, v in self._staged.items()})
         self._n_staged = 0
 
     def sample(self, batch_size:int, env=None) -> PrioritizedSamples:
-        "A prioritized batch as SB3's `ReplayBufferSamples` (observations normalised by a `VecNormalize` `env`)."
+        "SB3's `ReplayBufferSamples` plus `idxs` and `weights` (observations normalised by a `VecNormalize` `env`)."
         batch = self.core.sample(batch_size)
         dones = batch.terminated.numpy().reshape(-1, 1).astype(np.float32)
         data = (self._normalize_obs(batch.state.numpy(), env), batch.action.numpy(),
@@ -119,10 +132,6 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         return PrioritizedSamples(*(self.to_torch(a, copy=False) for a in data), None, batch.idxs,
                                   self.to_torch(batch.weights.numpy().reshape(-1, 1), copy=False))
 
-    def update_priorities(self, idxs, td_errors):
-        "Hand the TD errors of a sampled batch back: its slots get `|td| + eps`."
-        self.core.update_priorities(idxs, td_errors)
-
     def anneal_beta(self, fraction:float, final:float=1.0):
         "Move beta to `final` at training progress `fraction`, clipped to [0, 1] (SB3's progress can overshoot 1)."
         self.core.anneal_beta(min(max(float(fraction), 0.0), 1.0), final)
@@ -130,11 +139,6 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
     def reseed(self, seed:int|None):
         "Restart the sampler's generator from `seed` (what the model's `set_random_seed` does to it)."
         self.core.reseed(seed)
-
-    @property
-    def priorities(self) -> np.ndarray:
-        "The raw priority `|td| + eps` of each stored transition, by slot."
-        return self.core.priorities[:len(self.core)]
 
     def save(self, path, save_id:str|None=None) -> str:
         ("Save the steps, priorities and sampler to the directory `path` in the buffers' format (no pickle): "
@@ -146,8 +150,8 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
          "size before anything changes.")
         core = self._new_core()
         core.load(path)   # a `ValueError` naming the file if it is not a whole save of this size
-        empty = self._rows(*(np.zeros((self.n_envs, *s)) for s in (self.obs_shape, self.obs_shape, (self.action_dim,),
-                                                                       (), ())))
+        shapes = (self.obs_shape, self.obs_shape, (self.action_dim,), (), (), ())
+        empty = self._rows(*(np.zeros((self.n_envs, *s)) for s in shapes))
         want, got = {k: (v.dtype, v.shape[1:]) for k, v in empty.items()}, core.schema or {}
         wrong = [k for k in ('state', 'next_state', 'action') if k in got and got[k] != want[k]]
         if wrong: raise ValueError(f"replay saved at {str(path)!r} holds {wrong[0]} of dtype and shape "
@@ -155,6 +159,20 @@ class PrioritizedSB3Buffer(SB3ReplayBuffer):
         self._core, self._n_staged = core, 0
         self.full = len(core) == core.max_sz
         self.pos = core.idx // self.n_envs % self.buffer_size
+
+class PrioritizedSB3Buffer(SB3Buffer):
+    ("`SB3Buffer` over one `PrioritizedReplayBuffer`: `sample` draws in proportion to priority, its `weights` the "
+     "importance weights, and `update_priorities` takes the TD errors back.")
+    core_class = PrioritizedReplayBuffer
+
+    def update_priorities(self, idxs, td_errors):
+        "Hand the TD errors of a sampled batch back: its slots get `|td| + eps`."
+        self.core.update_priorities(idxs, td_errors)
+
+    @property
+    def priorities(self) -> np.ndarray:
+        "The raw priority `|td| + eps` of each stored transition, by slot."
+        return self.core.priorities[:len(self.core)]
 
 # %% ../nbs/16_sb3.ipynb
 def weighted_mse(current:torch.Tensor, target:torch.Tensor, weights:torch.Tensor) -> torch.Tensor:
