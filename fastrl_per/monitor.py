@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv, importlib, shlex, sys, time
 from pathlib import Path
 import numpy as np
-from .rundir import read_metrics, load_best
+from .rundir import read_metrics, load_best, REPLAY_DIR
 from .checks import check_int
 
 # %% auto #0
@@ -207,4 +207,6 @@ def run_ending(run_dir:Path, counts:dict, recent:float, threshold:float|None, la
     if solved and last and last[1] < threshold - 0.1 * abs(threshold):   # more than a tenth of the threshold below it
         lines.append(f"note: training episodes reached a mean of {threshold:g}, "
                      f"but the last network plays {last[1]:.1f} greedily; the best network is the one to use")
-    return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"]
+    replay = f', {REPLAY_DIR}/' if (Path(run_dir) / REPLAY_DIR).is_dir() else ''   # a run whose replay it saves
+    return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"
+                    f"{replay}"]

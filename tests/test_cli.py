@@ -369,8 +369,10 @@ def test_the_plot_is_a_two_by_two_grid_readable_shrunk(tmp_path):
     "plot.png: four panels in a 2 x 2 grid (not one wide row), each with both axes labelled, and the kept network marked."
     import matplotlib.image
     out = tmp_path / 'run'
-    run('train', '--out', out, '--steps', 600, '--eval-every', 300, '--eval-episodes', 2, '--confirm-episodes', 0,
-        '--solved', 0, '--no-progress', check=0)
+    done = run('train', '--out', out, '--steps', 600, '--eval-every', 300, '--eval-episodes', 2, '--confirm-episodes', 0,
+               '--solved', 0, '--no-progress', check=0)
+    assert done.stdout.strip().splitlines()[-1].endswith('checkpoint.pt, best.pt, replay/')   # what it wrote, all of it
+    assert (out / 'replay').is_dir()
     height, width = matplotlib.image.imread(out / 'plot.png').shape[:2]
     assert (width, height) == (1000, 750)
     from fastrl_per.monitor import plot_metrics
