@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv, importlib, shlex, sys, time
 from pathlib import Path
 import numpy as np
-from .rundir import read_metrics
+from .rundir import read_metrics, load_best, REPLAY_DIR
 from .checks import check_int
 
 # %% auto #0
@@ -55,9 +55,10 @@ def plot_metrics(run_dir) -> Path:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    m = read_metrics(run_dir)
+    m, best = read_metrics(run_dir), load_best(run_dir)
     ended = ~np.isnan(m['episode_return'])
-    fig, axs = plt.subplots(1, 4, figsize=(20, 4))
+    fig, axs = plt.subplots(2, 2, figsize=(10, 7.5))   # 2 x 2: still legible shrunk to a page's width
+    axs = axs.flatten()
     axs[0].plot(m['frame'][ended], m['episode_return'][ended], '.', alpha=0.4, label='episode')
     if ended.sum() >= 20:
         axs[0].plot(m['frame'][ended][19:], np.convolve(m['episode_return'][ended], np.ones(20) / 20, 'valid'),
@@ -65,17 +66,24 @@ def plot_metrics(run_dir) -> Path:
     evaluated = ~np.isnan(m['eval_return'])
     if evaluated.any():
         axs[0].plot(m['frame'][evaluated], m['eval_return'][evaluated], 'o-', label='greedy evaluation')
-    axs[0].legend()
+    if best is not None:   # the evaluation of the network best.pt keeps
+        axs[0].plot([best['frame']], [best['eval_return']], '*', ms=16, color='crimson', label='kept (best.pt)')
+    axs[0].legend(fontsize=9)
+    updated = ~np.isnan(m['update'])   # not the rows of episodes alone
     for ax, name, x in zip(axs[1:], ('loss', 'epsilon', 'beta'), ('update', 'frame', 'update')):
-        updated = ~np.isnan(m['update'])   # not the rows of episodes alone
-        ax.plot(m[x][updated], m[name][updated], lw=0.5)
-    for ax, name, x in zip(axs, ('return', 'loss', 'epsilon', 'beta'),
-                           ('env steps', 'updates', 'env steps', 'updates')):
-        ax.set_title(name); ax.set_xlabel(x)
+        ax.plot(m[x][updated], m[name][updated], lw=0.5, alpha=0.3 if name == 'loss' else 1)
+    loss, window = m['loss'][updated], max(1, int(updated.sum()) // 50)
+    if len(loss) >= window > 1:   # the loss's trend: a running mean over a fiftieth of the updates
+        axs[1].plot(m['update'][updated][window - 1:], np.convolve(loss, np.ones(window) / window, 'valid'),
+                    label=f'mean of {window}')
+        axs[1].legend(fontsize=9)
+    for ax, name, x, y in zip(axs, ('return', 'loss', 'epsilon', 'beta'), ('env steps', 'updates', 'env steps',
+                              'updates'), ('episode return', 'loss (log scale)', 'epsilon', 'beta')):
+        ax.set_title(name); ax.set_xlabel(x); ax.set_ylabel(y); ax.grid(alpha=0.3)
     axs[1].set_yscale('log')
     fig.tight_layout()
     path = Path(run_dir) / 'plot.png'
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -199,4 +207,6 @@ def run_ending(run_dir:Path, counts:dict, recent:float, threshold:float|None, la
     if solved and last and last[1] < threshold - 0.1 * abs(threshold):   # more than a tenth of the threshold below it
         lines.append(f"note: training episodes reached a mean of {threshold:g}, "
                      f"but the last network plays {last[1]:.1f} greedily; the best network is the one to use")
-    return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"]
+    replay = f', {REPLAY_DIR}/' if (Path(run_dir) / REPLAY_DIR).is_dir() else ''   # a run whose replay it saves
+    return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"
+                    f"{replay}"]

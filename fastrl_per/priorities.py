@@ -530,7 +530,8 @@ def feedback_arrays(idxs, # integer keys, tensor, array or sequence
         idxs = idxs.astype(np.int64)
     if errors.dtype is not _FLOAT64: errors = errors.astype(np.float64)
     bad = _first_bad(idxs, errors, -1 if stored is None else stored)   # one pass for both checks
-    if bad >= 0 and not np.isfinite(errors[bad]): raise ValueError(f"{names[1]} must be finite, got {errors[bad]!r}")
+    if bad >= 0 and not np.isfinite(errors[bad]):
+        raise ValueError(f"{names[1]} must be finite, got {float(errors[bad])}")
     if bad >= 0: raise ValueError(f"{names[0]}: {idxs[bad]} is not a written slot (the buffer holds {stored})")
     return idxs, errors
 

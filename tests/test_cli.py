@@ -363,3 +363,27 @@ def test_the_names_sb3_and_cleanrl_use_are_flags_too(tmp_path):
 def test_the_runs_page_shows_what_a_mistyped_flag_prints():
     done = run('train', '--stpes', 10, check=2)
     assert '$ fastrl_per train --stpes 10\n' + done.stderr + '```' in (ROOT / 'docs' / 'runs.md').read_text()
+
+
+def test_the_plot_is_a_two_by_two_grid_readable_shrunk(tmp_path):
+    "plot.png: four panels in a 2 x 2 grid (not one wide row), each with both axes labelled, and the kept network marked."
+    import matplotlib.image
+    out = tmp_path / 'run'
+    done = run('train', '--out', out, '--steps', 600, '--eval-every', 300, '--eval-episodes', 2, '--confirm-episodes', 0,
+               '--solved', 0, '--no-progress', check=0)
+    assert done.stdout.strip().splitlines()[-1].endswith('checkpoint.pt, best.pt, replay/')   # what it wrote, all of it
+    assert (out / 'replay').is_dir()
+    height, width = matplotlib.image.imread(out / 'plot.png').shape[:2]
+    assert (width, height) == (1000, 750)
+    from fastrl_per.monitor import plot_metrics
+    import matplotlib.pyplot as plt
+    seen = {}
+    original = plt.Figure.savefig
+    def keep(fig, *a, **k): seen['axes'] = fig.axes; return original(fig, *a, **k)
+    plt.Figure.savefig = keep
+    try: plot_metrics(out)
+    finally: plt.Figure.savefig = original
+    axes = seen['axes']
+    assert len(axes) == 4 and all(ax.get_xlabel() and ax.get_ylabel() for ax in axes)
+    labels = [t.get_text() for t in axes[0].get_legend().get_texts()]
+    assert 'kept (best.pt)' in labels and axes[1].get_yscale() == 'log'

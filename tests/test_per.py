@@ -626,3 +626,19 @@ def test_pipe_wraps_a_list_source():
     out = list(per)
     assert len(out) == 8 and _tracker(per) == (4, 2, 2, 4)
     assert [s.step_n.item() for s in per.memory] == [8, 9, 6, 7]
+
+
+def test_a_nan_td_error_is_named_as_a_user_writes_it():
+    "The message shows `nan`, not numpy's repr `np.float64(nan)`, and the buffer is unchanged."
+    buf = PrioritizedReplayBuffer(max_sz=8, bs=2, seed=0)
+    for _ in range(2): buf.add(state=[0.], action=0, reward=0., next_state=[1.], terminated=False)
+    batch = buf.sample()
+    with pytest.raises(ValueError) as e: buf.update_priorities(batch.idxs, np.array([np.nan, 1.]))
+    assert str(e.value).endswith('must be finite, got nan'), str(e.value)
+
+
+def test_the_runs_page_lists_every_replay_tag():
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'runs.md').read_text()
+    for tag in ('replay/mean_priority', 'replay/max_priority', 'replay/mean_weight', 'replay/stale_dropped'):
+        assert f'`{tag}`' in page, tag
