@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
-from .store import NO_GUARD, DiskArrays, read_rows
+from .store import NO_GUARD, DiskArrays
 from .memory import (step_columns, packed_dtype, RingStorage, schema_of, check_lengths, check_columns,
                                check_schema, check_saved_count, FieldWriter)
 
@@ -367,16 +367,12 @@ class FrameStorage:
 
     def adopt(self, n_added:int, arrays:dict, meta:dict):
         ("Take over checked saved `arrays` and `meta` (`check_arrays`): files of this storage's own directory as they "
-         "are (nothing read); otherwise read into memory, or copied into new files of its own.")
+         "are (nothing read); otherwise (a reader's arrays, in memory) kept in memory, or copied into new files.")
         self.n_added, self.n_frames, self.reach, self.ends = n_added, 0, 0, {}
         self.rows = self.stack_shape = None
         self._safe = self._safe_frames = NO_GUARD
         if not arrays: return
-        if self.disk is None:   # the rows written, not the zeros after them
-            kept = {n: min(n_added if n in ('rows', *ROW_LINKS) else int(meta['n_frames']), len(a))
-                    for n, a in arrays.items()}
-            arrays = {n: read_rows(a, kept[n]) for n, a in arrays.items()}
-        elif not all(self.disk.holds(a) for a in arrays.values()):
+        if self.disk is not None and not all(self.disk.holds(a) for a in arrays.values()):
             arrays = {n: self.disk.copy(n, a) for n, a in arrays.items()}
         rows, frames = arrays['rows'], arrays['frames']
         columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}

@@ -15,7 +15,7 @@ from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
 from .priorities import check_tensor, feedback_arrays, annealed_beta
 from .checks import check_int, save_atomically
-from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, read_rows
+from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, continued
 from .state import Stateful, check_keys, check_version
 
 
@@ -436,14 +436,13 @@ class RingStorage:
 
     def adopt(self, n_added:int, arrays:dict, meta:dict):
         ("Take over checked saved `arrays` (`check_arrays`): files of this storage's own directory are used as they "
-         "are (nothing read); otherwise the rows are read into memory, or copied into a new file of its own.")
+         "are (nothing read); otherwise (a reader's arrays, in memory) kept in memory, or copied into a new file.")
         self.n_added, self._safe = n_added, NO_GUARD
         self._hold(None)
         if not arrays: return
         rows = arrays['rows']
         columns = {n: np.zeros((0, *rows.dtype[n].shape), rows.dtype[n].base) for n in rows.dtype.names}
-        if self.disk is None: rows = read_rows(rows, min(n_added, self.max_sz))   # not the zeros after them
-        elif not self.disk.holds(rows): rows = self.disk.copy('rows', rows)
+        if self.disk is not None and not self.disk.holds(rows): rows = self.disk.copy('rows', rows)
         self._allocate(columns, rows)
         self.saved()
 
@@ -866,19 +865,21 @@ class ReplayBuffer(BufferCore):
             self.storage.saved()
         return saved['save_id']
 
-    def load(self, path):
-        ("Restore what `save` wrote at the directory `path` (a storage on disk whose directory it is maps the files "
-         "and reads nothing more), or the single file an earlier version saved; all checked before anything changes.")
+    def load(self, path,
+             verify:bool=False): # a storage on disk loading its own directory: check every chunk's checksum too
+        ("Restore what `save` wrote at the directory `path` (a storage on disk whose directory it is owns it: it "
+         "maps the files and reads nothing more; any other buffer is a reader: it writes nothing there, reads the "
+         "last committed save into memory and checks its checksums), or the single file an earlier version saved; "
+         "all checked before anything changes.")
         path = Path(path)
         if not path.is_dir():
             try: state = torch.load(path, weights_only=True)
             except Exception as e: raise ValueError(f"cannot read a replay buffer from {str(path)!r}: {e}") from e
             return self.load_state_dict(state)
-        state, arrays = load_arrays(path, self.storage.disk)
+        state, arrays = load_arrays(path, self.storage.disk, verify)
         with self.lock:
             self.load_state_dict(dict(state, arrays=arrays))
-            self._saved = dict(save_id=state['save_id'], path=path.resolve(),
-                               counts={n: info['count'] for n, info in state['arrays'].items()})
+            self._saved = dict(continued(state), path=path.resolve())
 
 # %% ../nbs/03_memory.ipynb #177f212e
 class ExperienceReplay(IterDataPipe):
@@ -938,4 +939,4 @@ class ExperienceReplay(IterDataPipe):
     def check_state(self, state): return self.buffer.check_state(state)
     def load_state_dict(self, state): self.buffer.load_state_dict(state)
     def save(self, path, save_id:str|None=None) -> str: return self.buffer.save(path, save_id)
-    def load(self, path): self.buffer.load(path)
+    def load(self, path, verify:bool=False): self.buffer.load(path, verify)

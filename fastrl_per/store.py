@@ -4,19 +4,24 @@
 
 # %% ../nbs/03a_store.ipynb #4cfcb91c
 from __future__ import annotations
-import mmap, os, uuid
+import contextlib, errno, fcntl, gc, io, mmap, os, uuid, zlib
+from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
 import torch
+from .checks import DirLock
 
 # %% auto #0
-__all__ = ['STATE_FILE', 'JOURNAL', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at',
-           'random_access', 'write_npy', 'fits', 'sync_dir', 'SavedArrays', 'new_file', 'read_rows', 'DiskArrays',
-           'check_save_id', 'save_arrays', 'load_arrays']
+__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks',
+           'npy_offset', 'write_at', 'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside', 'crc',
+           'chunk_crcs', 'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id', 'continued',
+           'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
-CHUNK_BYTES = 1 << 22   # the most one journal entry holds (4 MB): the unit of incremental writes
+LOCK, COMMIT_LOCK = '.lock', '.commit.lock'   # the owner's lock (`DirLock`); readers' shared lock against a commit
+SAVE_FORMAT = 'fastrl_per.save'   # `state.pt` holding the state's bytes and their checksum
+CHUNK_BYTES = 1 << 22   # the most one journal entry holds (4 MB): the unit of incremental writes and of checksums
 NO_GUARD = np.iinfo(np.int64).max   # a write count never reached: no journaling needed
 
 def chunk_rows(a:np.ndarray) -> int:
@@ -40,10 +45,14 @@ def npy_offset(path) -> int:
     return np.load(path, mmap_mode='r').offset
 
 def write_at(path, rows:np.ndarray, start:int):
-    "Write the contiguous `rows` over rows `start`, ... of the .npy file at `path` in place, synced."
+    ("Write the contiguous `rows` over rows `start`, ... of the .npy file at `path` in place, synced; a short write "
+     "(a full disk) is continued until it fails with its `OSError`.")
     with open(path, 'r+b') as f:
         data = memoryview(np.ascontiguousarray(rows)).cast('B')
-        os.pwrite(f.fileno(), data, npy_offset(path) + start * rows[:1].nbytes)
+        at = npy_offset(path) + start * rows[:1].nbytes
+        while len(data):
+            n = os.pwrite(f.fileno(), data, at)
+            data, at = data[n:], at + n
         os.fsync(f.fileno())
 
 def random_access(a:np.memmap) -> np.memmap:
@@ -53,17 +62,26 @@ def random_access(a:np.memmap) -> np.memmap:
     if a.size: a._mmap.madvise(mmap.MADV_RANDOM)
     return a
 
+def check_whole(path, f, nbytes:int):
+    ("Raise an `OSError` naming `path` unless its open file `f`, synced, holds its header and `nbytes` of data: a "
+     "file is checked whole before it is renamed into place.")
+    f.flush(); os.fsync(f.fileno())
+    size, want = os.fstat(f.fileno()).st_size, npy_offset(path) + nbytes
+    if size != want: raise OSError(errno.EIO, f"wrote {size} of {want} bytes (a full disk?)", str(path))
+
 def write_npy(path, a:np.ndarray, rows:int|None=None):
-    ("Write `a` as a new .npy file at `path`, synced, straight from `a`'s memory (no copy of it); with `rows`, only "
-     "its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's unwritten rows are).")
+    ("Write `a` as a new .npy file at `path`, synced and checked whole, straight from `a`'s memory (no copy of it); "
+     "with `rows`, only its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's "
+     "unwritten rows are).")
     if rows is None or rows >= len(a):
         with open(path, 'wb') as f:
             np.save(f, a)
-            f.flush(); os.fsync(f.fileno())
+            check_whole(path, f, a.nbytes)
         return
     sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
     del sized   # unmapped: the rows go in with one write
     if rows: write_at(path, a[:rows], 0)
+    with open(path, 'rb') as f: check_whole(path, f, a.nbytes)
 
 def fits(path, a:np.ndarray) -> bool:
     "Whether the .npy file at `path` holds an array of `a`'s shape and dtype (its rows can be written in place)."
@@ -76,27 +94,57 @@ def sync_dir(path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+def inside(path:Path, name, what:str) -> Path:
+    ("`path / name` for `name` a plain file name (no directory part, no `..`, not absolute) that is no symlink: a "
+     "`ValueError` naming it otherwise, so that no file a save names can lie outside its directory.")
+    ok = isinstance(name, str) and name not in ('', '.', '..') and Path(name).name == name and '\\' not in name
+    if not ok or (path / name).is_symlink():
+        raise ValueError(f"saved buffer at {str(path)!r}: {what} names {name!r}, not a plain file in the directory")
+    return path / name
+
+def crc(a:np.ndarray) -> int:
+    "The CRC-32 (`zlib.crc32`) of `a`'s bytes (measured at 4 GB/s here: below what reading them costs)."
+    return zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+def chunk_crcs(a:np.ndarray, kept:int, chunks, crcs:list|None=None) -> list:
+    ("The checksum of each chunk of `a`'s first `kept` rows: those of `crcs` (an earlier save's), recomputed for "
+     "`chunks` (the ones written since), all of them without `crcs`.")
+    rows, n = chunk_rows(a), -(-kept // chunk_rows(a))
+    out = list(crcs or [])[:n] + [None] * max(0, n - len(crcs or []))
+    for c in range(n) if crcs is None else [int(c) for c in chunks if c < n] + [c for c in range(n) if out[c] is None]:
+        out[c] = crc(a[c * rows:min((c + 1) * rows, kept)])
+    return out
+
 # %% ../nbs/03a_store.ipynb #3e263053
 class SavedArrays:
-    ("A directory holding one saved buffer: `state.pt` (its small state, naming its arrays' files), each array as an "
-     ".npy file, and a journal of undo copies of the chunks changed since `state.pt` was written, so that a crash "
-     "at any point leaves the last save loadable.")
+    ("A directory holding one saved buffer: `state.pt` (its small state, naming its arrays' files, with checksums), "
+     "each array as an .npy file, and a journal of undo copies of the chunks changed since `state.pt` was written, "
+     "so that a crash at any point leaves the last save loadable. Readers take a shared lock on `.commit.lock` "
+     "(the writer's commit an exclusive one) and put the journal over what they read, in memory.")
     def __init__(self, path): self.path = Path(path)
     def __repr__(self): return f"SavedArrays({str(self.path)!r})"
 
     def read(self) -> dict|None:
-        "The small state of the last save (arrays not read), None without one; a `ValueError` if unreadable."
+        ("The small state of the last save (arrays not read), None without one; a `ValueError` naming `state.pt` if "
+         "it is unreadable, its checksum wrong, or it names a file outside the directory.")
         path = self.path / STATE_FILE
         if not path.is_file(): return None
-        try: state = torch.load(path, weights_only=True)
+        try:
+            state = torch.load(path, weights_only=True)
+            if isinstance(state, dict) and state.get('format') == SAVE_FORMAT:   # a checksummed state inside
+                payload = state['state'].numpy().tobytes()
+                if zlib.crc32(payload) != state['crc']: raise ValueError("its checksum does not match")
+                state = torch.load(io.BytesIO(payload), weights_only=True)
         except Exception as e: raise ValueError(f"cannot read a saved buffer from {str(path)!r}: {e}") from e
-        if not isinstance(state, dict) or not {'save_id', 'arrays'} <= set(state):
+        arrays = state.get('arrays') if isinstance(state, dict) and 'save_id' in state else None
+        if not isinstance(arrays, dict) or not all(isinstance(i, dict) and 'file' in i for i in arrays.values()):
             raise ValueError(f"{str(path)!r} is not a saved buffer's state")
+        for n, info in state['arrays'].items(): inside(self.path, info['file'], f"array {n!r}")
         return state
 
     def journal(self, save_id:str, name:str, a:np.ndarray, chunks):
         ("Copy the `chunks` of array `name` as save `save_id` holds them (`a`: its file, memory-mapped) into the "
-         "journal, each synced, before the caller changes them; a chunk already there is kept.")
+         "journal, each synced and checked whole, before the caller changes them; a chunk already there is kept.")
         (self.path / JOURNAL).mkdir(exist_ok=True)
         rows, wrote = chunk_rows(a), False
         for c in chunks:
@@ -108,16 +156,80 @@ class SavedArrays:
             wrote = True
         if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
 
-    def recover(self) -> dict|None:
-        "Put back what the journal holds for the last save, so its arrays are as saved; return its state (or None)."
-        state = self.read()
-        if state is None: return None
+    def entries(self, state:dict, arrays:dict) -> list:
+        ("The journal's undo copies for the save `state` as (array name, first row, rows memory-mapped), each checked "
+         "against `arrays` (the save's, mapped): a `ValueError` naming the entry if one is unreadable, names an "
+         "unknown array, a bad row or rows past the array's end, or does not fit its dtype.")
+        out, prefix = [], state['save_id'] + '.'
         for entry in sorted((self.path / JOURNAL).glob(f"{state['save_id']}.*.npy")):
-            name, start = entry.name[len(state['save_id']) + 1:-len('.npy')].rsplit('.', 1)
-            target = self.path / state['arrays'][name]['file']
-            write_at(target, np.load(entry), int(start))   # by row: a later `CHUNK_BYTES` cannot misplace it
-        self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
+            name, _, start = entry.name[len(prefix):-len('.npy')].rpartition('.')
+            where = f"saved buffer at {str(self.path)!r}: journal entry {entry.name!r}"
+            if entry.is_symlink(): raise ValueError(f"{where} is a symlink")
+            if name not in arrays: raise ValueError(f"{where} names an unknown array {name!r}")
+            if not (start.isdigit() and start.isascii()): raise ValueError(f"{where} has a bad first row {start!r}")
+            try: rows = np.load(entry, mmap_mode='r')
+            except Exception as e: raise ValueError(f"{where} is unreadable (truncated?): {e}") from e
+            a, start = arrays[name], int(start)
+            if rows.dtype != a.dtype or rows.shape[1:] != a.shape[1:] or start + len(rows) > len(a):
+                raise ValueError(f"{where} holds {rows.shape} of {rows.dtype} at row {start}, which does not fit "
+                                 f"array {name!r} of {a.shape} of {a.dtype}")
+            out.append((name, start, rows))
+        return out
+
+    @contextmanager
+    def locked(self, exclusive:bool):
+        ("Hold `.commit.lock`: shared for a reader (none if the file is missing: no save here was ever committed "
+         "in place), exclusive for the owner's commit or recovery.")
+        try: fd = os.open(self.path / COMMIT_LOCK, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
+        except FileNotFoundError:
+            if exclusive: raise
+            fd = None
+        try:
+            if fd is not None: fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            if fd is not None: os.close(fd)
+
+    def recover(self) -> dict|None:
+        ("The owner's recovery (the caller holds the directory's `DirLock`): put back what the journal holds for the "
+         "last save, every entry checked before anything is written, so its arrays are as saved; its state (or None).")
+        with self.locked(True):
+            state = self.read()
+            if state is None: return None
+            targets = self.open(state)
+            for name, start, rows in self.entries(state, targets):
+                write_at(self.path / state['arrays'][name]['file'], rows, start)   # by row, whatever `CHUNK_BYTES`
+            self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
+
+    def snapshot(self) -> tuple[dict, dict]|None:
+        ("A reader's copy of the last save, writing nothing: its state and its arrays read into memory with the "
+         "journal put over them, each chunk checked against its checksum; None without a save. While the owner "
+         "writes, this is still exactly its last committed save: a chunk is journaled before it changes.")
+        with self.locked(False):
+            state = self.read()
+            if state is None: return None
+            mapped = self.open(state)
+            arrays = {n: read_rows(a, state['arrays'][n].get('kept')) for n, a in mapped.items()}
+            for name, start, rows in self.entries(state, mapped): arrays[name][start:start + len(rows)] = rows
+        for n, a in arrays.items(): self.check(state, n, a)
+        return state, arrays
+
+    def check(self, state:dict, name:str, a:np.ndarray):
+        ("A `ValueError` naming the file and the chunk unless array `name` (`a`) matches the checksums `state` holds "
+         "for it (a save without them: nothing to check).")
+        info = state['arrays'][name]
+        if 'crcs' not in info: return
+        rows = info['chunk']
+        for c, want in enumerate(info['crcs']):
+            if crc(a[c * rows:min((c + 1) * rows, info['kept'])]) != want:
+                raise ValueError(f"saved buffer at {str(self.path)!r}: array {name!r} ({info['file']}) chunk {c} "
+                                 f"(rows {c * rows}..{min((c + 1) * rows, info['kept']) - 1}) does not match its "
+                                 "checksum: damaged, or a file of another save")
+
+    def verify(self):
+        "Check the whole last save against its checksums, writing nothing: a `ValueError` naming what does not match."
+        if self.snapshot() is None: raise ValueError(f"no saved buffer at {str(self.path)!r} (no {STATE_FILE})")
 
     def tidy(self, state:dict|None=None):
         ("Remove the journal and the temporary `state.pt` a killed save left; with `state`, also every array file it "
@@ -129,25 +241,37 @@ class SavedArrays:
             if f.name not in kept: f.unlink()
 
     def commit(self, state:dict):
-        ("Write `state` as the last save, atomically (the moment the new save replaces the old), then tidy up. Durably "
-         "too: the arrays' new files are in the directory, and `state.pt` on disk, before the rename that commits.")
+        ("Write `state` as the last save, atomically (the moment the new save replaces the old) and with its checksum, "
+         "then tidy up, under the exclusive commit lock. Durably too: the arrays' new files are in the directory, and "
+         "`state.pt` on disk and checked whole, before the rename that commits.")
         sync_dir(self.path)
+        payload = io.BytesIO(); torch.save(state, payload)
+        payload = payload.getvalue()
+        wrapped = dict(format=SAVE_FORMAT, crc=zlib.crc32(payload),
+                       state=torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
         try:
             with open(tmp, 'wb') as f:
-                torch.save(state, f); f.flush(); os.fsync(f.fileno())
-            os.replace(tmp, self.path / STATE_FILE)
+                torch.save(wrapped, f); f.flush(); os.fsync(f.fileno())
+                if os.fstat(f.fileno()).st_size != f.tell():
+                    raise OSError(errno.EIO, "state.pt written short (a full disk?)", str(tmp))
+            with self.locked(True):
+                os.replace(tmp, self.path / STATE_FILE)
+                sync_dir(self.path)
+                self.tidy(state)
         finally: tmp.unlink(missing_ok=True)
-        sync_dir(self.path)
-        self.tidy(state)
 
     def open(self, state:dict, mode:str='r') -> dict:
         ("The arrays `state` names, memory-mapped (`mode` 'r' or 'r+'): nothing is read until used; a `ValueError` "
-         "naming the file if one is missing or not an array.")
+         "naming the file if one is missing, not an array, or not of the size its header says.")
         arrays = {}
         for n, info in state['arrays'].items():
-            try: arrays[n] = random_access(np.load(self.path / info['file'], mmap_mode=mode))
-            except (OSError, ValueError) as e:
+            path = inside(self.path, info['file'], f"array {n!r}")
+            try:
+                arrays[n] = random_access(np.load(path, mmap_mode=mode))
+                if path.stat().st_size != arrays[n].offset + arrays[n].nbytes:
+                    raise ValueError("a file of another size")
+            except Exception as e:
                 raise ValueError(f"saved buffer at {str(self.path)!r}: array {n!r} ({info['file']}) "
                                  f"unreadable: {e}") from e
         return arrays
@@ -166,21 +290,38 @@ def read_rows(a:np.memmap, rows:int|None=None) -> np.ndarray:
         f.readinto(memoryview(out[:rows]).cast('B'))
     return out
 
+def own_lock(path) -> DirLock:
+    ("The `DirLock` of the replay directory `path`, taken; a `ValueError` if another writer holds it. When the holder "
+     "is this process, an unreachable storage (one left in a reference cycle) may still hold it: collected first.")
+    lock = DirLock(path, 'replay directory', LOCK)
+    try: return lock.acquire()
+    except ValueError:
+        if lock.holder() != f" (held by pid {os.getpid()})": raise
+        gc.collect()
+        return lock.acquire()
+
 class DiskArrays:
     ("Where a storage keeps its arrays when they live on disk: memory-mapped .npy files in the directory `path`, "
-     "which is also where the buffer saves (in place). After a save, a write that reaches a chunk the save holds "
-     "first copies it to the journal (`guard`), so a crash never loses the last save.")
+     "which is also where the buffer saves (in place). It owns the directory for its life (a `DirLock`: a second "
+     "writer gets a `ValueError`). After a save, a write that reaches a chunk the save holds first copies it to the "
+     "journal (`guard`), so a crash never loses the last save.")
     def __init__(self, path):
         self.saved = SavedArrays(path)
+        self.lock = own_lock(path)
         self.last = None   # (save_id, {name: (writes, rows kept, file)}) of the save the files hold; None before one
 
     @property
     def path(self) -> Path: return self.saved.path
     def __repr__(self): return f"DiskArrays({str(self.path)!r})"
+    def __del__(self):
+        if hasattr(self, 'lock'): self.lock.release()
+    def __getstate__(self): return {k: v for k, v in vars(self).items() if k != 'lock'}   # a lock is this process's
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.lock = own_lock(self.path)   # a copy is a second writer: refused
 
     def zeros(self, name:str, shape:tuple, dtype) -> np.memmap:
         "A new zeroed array `name` in a file of its own (sparse: disk is used as rows are written)."
-        self.path.mkdir(parents=True, exist_ok=True)
         return random_access(np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape))
 
     def copy(self, name:str, a:np.ndarray) -> np.memmap:
@@ -224,49 +365,66 @@ def check_save_id(save_id:str, old:dict|None) -> str:
         raise ValueError(f"save_id {save_id!r} is the last save's: a new save needs a new id")
     return save_id
 
+def continued(state:dict) -> dict:
+    "What `save_arrays` takes as `last` to continue the save `state` (the one a load just read)."
+    return dict(save_id=state['save_id'], counts={n: info['count'] for n, info in state['arrays'].items()},
+                crcs={n: info.get('crcs') for n, info in state['arrays'].items()})
+
 def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None=None, last:dict|None=None,
                 save_id:str|None=None) -> dict:
     ("Save a buffer's small `state` and its `arrays` (name -> ring array; `counts`: the writes each has had) at the "
-     "directory `path`: arrays that live there (on `disk`) are flushed in place; if `last` (what this returned the "
-     "previous time) is still the save at `path`, only the chunks written since are copied (journaled first); other "
-     "arrays are written whole. `state.pt` is replaced last, atomically. `save_id`: the new save's name (None: a new "
-     "uuid), so that a caller can name it elsewhere first. Return what the next call takes as `last`.")
+     "directory `path`, owning it for the save (a `DirLock`, unless `disk` lives there and owns it already): arrays "
+     "that live there are flushed in place; if `last` (what this returned the previous time) is still the save at "
+     "`path`, only the chunks written since are copied (journaled first) and checksummed; other arrays are written "
+     "whole. `state.pt` is replaced last, atomically. `save_id`: the new save's name (None: a new uuid), so that a "
+     "caller can name it elsewhere first. Return what the next call takes as `last`.")
     saved = SavedArrays(path)
     if saved.path.exists() and not saved.path.is_dir():
         raise ValueError(f"a buffer saves to a directory, but {str(path)!r} is a file (an earlier version's save?)")
-    saved.path.mkdir(parents=True, exist_ok=True)
-    old = saved.read()
-    save_id = uuid.uuid4().hex if save_id is None else check_save_id(save_id, old)
-    if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
     own = disk is not None and disk.path.resolve() == saved.path.resolve()   # saving where the storage lives
-    files = {}
-    for name, a in arrays.items():
-        known = None if old is None else old['arrays'].get(name)
-        if own and disk.holds(a):
-            a.flush()
-            files[name] = Path(a.filename).name
-        elif known is not None and fits(saved.path / known['file'], a):
-            target, rows = saved.path / known['file'], chunk_rows(a)
-            chunks = ring_chunks(len(a), rows, last['counts'][name], counts[name])
-            saved.journal(old['save_id'], name, np.load(target, mmap_mode='r'), chunks[chunks * rows < known['kept']])
-            for c in chunks: write_at(target, a[c * rows:(c + 1) * rows], c * rows)
-            files[name] = known['file']
-        else:
-            files[name] = new_file(name)
-            write_npy(saved.path / files[name], a, min(counts[name], len(a)))   # the rows written, not the zeros
-    arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))))
-                    for n in arrays}
-    state = dict(state, save_id=save_id, arrays=arrays_state)
-    saved.commit(state)
-    if own: disk.saved_at(state)
-    return dict(save_id=save_id, counts={n: int(c) for n, c in counts.items()})
+    with contextlib.nullcontext() if own else DirLock(saved.path, 'replay directory', LOCK):
+        old = saved.read()
+        save_id = uuid.uuid4().hex if save_id is None else check_save_id(save_id, old)
+        if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
+        files, crcs = {}, {}
+        for name, a in arrays.items():
+            known = None if old is None else old['arrays'].get(name)
+            kept, rows = int(min(counts[name], len(a))), chunk_rows(a)
+            since = None if known is None or known.get('chunk') != rows else last.get('crcs', {}).get(name)
+            chunks = () if since is None else ring_chunks(len(a), rows, last['counts'][name], counts[name])
+            if own and disk.holds(a):
+                a.flush()
+                files[name] = Path(a.filename).name
+            elif known is not None and fits(saved.path / known['file'], a):
+                target = saved.path / known['file']
+                chunks = ring_chunks(len(a), rows, last['counts'][name], counts[name])
+                saved.journal(old['save_id'], name, np.load(target, mmap_mode='r'),
+                              chunks[chunks * rows < known['kept']])
+                for c in chunks: write_at(target, a[c * rows:(c + 1) * rows], c * rows)
+                files[name] = known['file']
+            else:
+                files[name] = new_file(name)
+                write_npy(saved.path / files[name], a, kept)   # the rows written, not the zeros
+            if known is None or files[name] != known['file']: since = None
+            crcs[name] = chunk_crcs(a, kept, chunks, since)
+        arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))),
+                                chunk=chunk_rows(arrays[n]), crcs=crcs[n]) for n in arrays}
+        state = dict(state, save_id=save_id, continues=None if old is None else old['save_id'], arrays=arrays_state)
+        saved.commit(state)
+        if own: disk.saved_at(state)
+    return continued(state)
 
-def load_arrays(path, disk:DiskArrays|None=None) -> tuple[dict, dict]:
-    ("The save at the directory `path` (the journal put back first): its small state, and its arrays memory-mapped "
-     "(writable if they are `disk`'s own files, read-only otherwise). A `ValueError` if there is none.")
+def load_arrays(path, disk:DiskArrays|None=None, verify:bool=False) -> tuple[dict, dict]:
+    ("The save at the directory `path`: its small state, and its arrays. A `disk` living there owns the directory: the "
+     "journal is put back into its files first, which it maps writable (nothing read; `verify`: each chunk checked "
+     "against its checksum). Any other caller is a reader: it writes nothing and gets the arrays in memory, the "
+     "journal put over them and every chunk checked. A `ValueError` if there is none or it does not check.")
     saved = SavedArrays(path)
-    state = saved.recover()
-    if state is None: raise ValueError(f"no saved buffer at {str(path)!r} (no {STATE_FILE})")
     own = disk is not None and disk.path.resolve() == saved.path.resolve()
+    got = ((s, saved.open(s, 'r+')) if (s := saved.recover()) is not None else None) if own else saved.snapshot()
+    if got is None: raise ValueError(f"no saved buffer at {str(path)!r} (no {STATE_FILE})")
+    state, arrays = got
+    if own and verify:
+        for n, a in arrays.items(): saved.check(state, n, a)
     if own: disk.saved_at(state)   # the files are the live arrays now: their next writes are journaled
-    return state, saved.open(state, 'r+' if own else 'r')
+    return state, arrays
