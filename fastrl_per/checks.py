@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['BadValue', 'check_int', 'check_number', 'as_numpy', 'check_nonnegative', 'write_atomically', 'save_atomically',
-           'DirLock']
+__all__ = ['BadValue', 'check_int', 'check_number', 'shortened', 'as_numpy', 'check_nonnegative', 'write_atomically',
+           'save_atomically', 'DirLock']
 
 # %% ../nbs/00_checks.ipynb #e5b6485f
 class BadValue(ValueError):
@@ -30,6 +30,12 @@ def check_number(name:str, value, low:float=0., low_ok:bool=True) -> float:
     if not ok or value < low or (value == low and not low_ok):
         raise BadValue(f"{name}={value!r} is not a finite number {'>=' if low_ok else '>'} {low}")
     return float(value)
+
+# %% ../nbs/00_checks.ipynb #2c29dbc4
+def shortened(text:str, keep:int=60) -> str:
+    "`text`'s repr for a message: one of more than `keep` characters as its start and end, saying how long it is."
+    if len(text) <= keep: return repr(text)
+    return f"{text[:keep // 2]!r}...{text[-keep // 2:]!r} ({len(text):,} characters)"
 
 # %% ../nbs/00_checks.ipynb #b2cae088
 def as_numpy(x, dtype=None) -> np.ndarray:
@@ -50,6 +56,7 @@ def write_atomically(path, write):
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, 'rb+') as f: os.fsync(f.fileno())   # whole on disk before its name says so
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp): os.remove(tmp)

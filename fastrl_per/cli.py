@@ -147,7 +147,7 @@ def learner_flags(groups:dict, full:bool=True):
 EXIT_CODES = """exit codes:
   0    success
   1    a run that failed: one line on stderr says why (--debug shows the traceback)
-  2    a usage error
+  2    a usage error, or a run directory refused (in use by a live run, not a run, nothing to resume)
   130  stopped by Ctrl-C; 143 by SIGTERM (train saves the run first)"""
 
 ATARI_NOTE = ("An ALE/... id (the atari extra) takes the published DQN and prioritized-replay settings "
@@ -297,5 +297,5 @@ def main(argv:list[str]|None=None):
         except Exception as e:
             if debug: raise
             print(f"fastrl_per {name}: error: {one_line(flagged(e)) or type(e).__name__}", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(getattr(e, 'exit_code', 1))   # a refused run directory (`RunRefused`): 2
     print(out)

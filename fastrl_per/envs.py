@@ -17,7 +17,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from .core import SimpleStep
 from .pipes import StepPipe, BatchSteps
-from .checks import check_int, BadValue
+from .checks import check_int, shortened, BadValue
 from .state import Stateful, check_keys
 from .atari import is_atari, register_atari, make_env, is_minatar, register_minatar
 from .memory import rng_of_state
@@ -35,7 +35,8 @@ def check_env_id(env_id) -> EnvSpec:
     if module:   # gymnasium's form for an env of one's own: import the module (it registers the id), as `gym.make` does
         try: importlib.import_module(module)
         except ImportError as e:
-            raise BadValue(f"cannot import module {module!r} of env id {env_id!r}: {e}") from None
+            why = 'there is no module of that name' if getattr(e, 'name', None) == module else e
+            raise BadValue(f"cannot import module {shortened(module)} of env id {shortened(env_id)}: {why}") from None
     if is_atari(name): register_atari()   # without the atari extra: a line naming it
     if is_minatar(name): register_minatar()
     if name in gym.registry: return gym.registry[name]
@@ -43,7 +44,7 @@ def check_env_id(env_id) -> EnvSpec:
             or difflib.get_close_matches(name, list(gym.registry), n=3))
     hint = (f"did you mean {' or '.join(map(repr, near))}?" if near else
             "registered ids include 'CartPole-v1', 'Acrobot-v1', 'MountainCar-v0'")
-    raise BadValue(f"unknown gymnasium env id {name!r}; {hint} (an env of your own: 'module.path:EnvId', "
+    raise BadValue(f"unknown gymnasium env id {shortened(name)}; {hint} (an env of your own: 'module.path:EnvId', "
                      "where importing the module registers EnvId)")
 
 # %% ../nbs/02_envs.ipynb #5837c23b

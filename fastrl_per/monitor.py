@@ -4,7 +4,7 @@
 
 # %% ../nbs/07b_monitor.ipynb #ecb4d694
 from __future__ import annotations
-import csv, importlib, shlex, sys, time
+import csv, importlib, os, shlex, sys, time
 from pathlib import Path
 import numpy as np
 from .rundir import read_metrics, load_best, REPLAY_DIR
@@ -43,7 +43,10 @@ class MetricsFile:
         self.file.seek(self.last_at); self.file.truncate()
         self.append(**dict(self.last, evaluated=score))
 
-    def flush(self): self.file.flush()
+    def flush(self):
+        "Put the rows written so far on disk (synced), before a checkpoint that counts them is written."
+        self.file.flush()
+        os.fsync(self.file.fileno())
     def close(self): self.file.close()
     def __enter__(self): return self
     def __exit__(self, *exc): self.close()
@@ -190,13 +193,12 @@ class Progress:
         if self.bar is not None: self.file.write('\n')
 
 # %% ../nbs/07b_monitor.ipynb #3277fe23
-def run_ending(run_dir:Path, counts:dict, recent:float, threshold:float|None, last:tuple|None,
-               best:dict|None) -> list[str]:
-    "A finished run's last lines: `counts`, the training mean, the `last` network's (step, score) beside `best`'s."
-    solved = bool(threshold) and recent >= threshold
+def run_ending(run_dir:Path, counts:dict, recent:float, last:tuple|None, best:dict|None,
+               why:list[str]) -> list[str]:
+    ("A finished run's last lines: `counts`, the training mean, `why` (why it ended, why best.pt keeps its network), "
+     "the `last` network's (step, score) beside `best`'s.")
     lines = [', '.join(f"{n:,} {name}" for name, n in counts.items())
-             + f"; mean return of the last 20 episodes: {recent:.1f}"
-             + (f" (solved: reached {threshold:g})" if solved else '')]
+             + f"; mean return of the last 20 episodes: {recent:.1f}", *why]
     if last: lines.append(f"last network (checkpoint.pt): greedy {last[1]:.1f} at step {last[0]:,}")
     if best:
         lines.append(f"best network (best.pt): greedy {best['eval_return']:.1f} at step {best['frame']:,}; "
@@ -204,9 +206,6 @@ def run_ending(run_dir:Path, counts:dict, recent:float, threshold:float|None, la
     else:
         lines.append(f"no greedy evaluation ran: fastrl_per evaluate {shlex.quote(str(run_dir))} "
                      "plays the last network")
-    if solved and last and last[1] < threshold - 0.1 * abs(threshold):   # more than a tenth of the threshold below it
-        lines.append(f"note: training episodes reached a mean of {threshold:g}, "
-                     f"but the last network plays {last[1]:.1f} greedily; the best network is the one to use")
     replay = f', {REPLAY_DIR}/' if (Path(run_dir) / REPLAY_DIR).is_dir() else ''   # a run whose replay it saves
     return lines + [f"wrote {run_dir}/run.json, metrics.csv, tb/, plot.png, checkpoint.pt{', best.pt' if best else ''}"
                     f"{replay}"]

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_rundir.ipynb #ce471e4e
 from __future__ import annotations
-import csv, io, json, os, platform, shlex, subprocess, sys, uuid
+import csv, io, json, os, platform, shlex, shutil, subprocess, sys, uuid
 from datetime import datetime, timezone
 from importlib.metadata import version as package_version, PackageNotFoundError
 from pathlib import Path
@@ -18,11 +18,12 @@ import torch.nn as nn
 from .dqn import EpisodeReturns
 from .learner import upgrade_checkpoint
 from .atari import make_env, defaults_source
-from .checks import save_atomically, write_atomically
+from .checks import DirLock, save_atomically, write_atomically
 from .store import SavedArrays, STATE_FILE
 
 # %% auto #0
-__all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'KEY_PACKAGES', 'RunLearner', 'is_run', 'check_new_run_dir',
+__all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'LOCK_FILE', 'KEY_PACKAGES', 'RunLearner', 'is_run',
+           'RunRefused', 'hold_run_dir', 'unstarted', 'clear_unstarted', 'check_new_run_dir', 'check_confined',
            'remove_orphans', 'share_mode', 'save_checkpoint', 'replay_saves', 'settle_checkpoint', 'load_checkpoint',
            'read_metrics', 'episode_rows', 'keep_metrics_until', 'RunMismatchWarning', 'installed_version',
            'git_revision', 'cpu_model', 'software', 'machine', 'space_shapes', 'now', 'start_manifest',
@@ -71,17 +72,61 @@ def is_run(path) -> bool:
     path = Path(path)
     return path.is_dir() and any((path / name).is_file() for name in ('run.json', 'checkpoint.pt'))
 
+LOCK_FILE = '.lock'   # the run's writer holds an OS lock on it (`hold_run_dir`)
+
+class RunRefused(ValueError):
+    "A run directory the command will not use (in use, not a run, nothing to resume); the command exits 2."
+    exit_code = 2
+
+def hold_run_dir(path) -> DirLock:
+    ("Take `path`'s one-writer lock (making the directory), or a `RunRefused` naming it and the process that holds "
+     "it. The kernel drops the lock when its holder dies, so a killed run leaves no stale lock.")
+    try: return DirLock(path, 'run directory', LOCK_FILE).acquire()
+    except ValueError as e: raise RunRefused(str(e)) from None
+
+def unstarted(path:Path) -> list[Path]|None:
+    ("The files a run stopped before its first checkpoint left in `path` (a metrics.csv with its header alone, the "
+     "replay and checkpoint of a first save cut short, the lock), or None if `path` holds anything else or a run.")
+    if not path.is_dir() or is_run(path): return None
+    ours = {'metrics.csv', PENDING, REPLAY_DIR, LOCK_FILE}
+    found = list(path.iterdir())
+    stray = [p for p in found if p.name not in ours and not any(p.name.startswith(n) and p.name.endswith('.tmp')
+                                                                 for n in ours)]
+    metrics = path / 'metrics.csv'
+    if stray or (metrics.exists() and metrics.read_bytes() != (','.join(METRIC_COLUMNS) + '\r\n').encode()):
+        return None
+    return found
+
+def clear_unstarted(path:Path):
+    "Remove what `unstarted` found in `path` (the lock file stays: its holder may be this process)."
+    for p in unstarted(path) or []:
+        if p.name == LOCK_FILE: continue
+        if p.is_dir(): shutil.rmtree(p)
+        else: p.unlink()
+
 def check_new_run_dir(out) -> Path:
-    "`out` as a `Path` if a new run may go there (a new or empty directory), else a `ValueError` saying why."
+    ("`out` as a `Path` if a new run may go there (a new or empty directory, or one a run left before its first "
+     "checkpoint), else a `RunRefused` saying why and what to do.")
     path = Path(out)
-    if path.exists() and not path.is_dir(): raise ValueError(f"out={str(path)!r} is a file, not a directory")
+    if path.exists() and not path.is_dir():
+        raise RunRefused(f"out={str(path)!r} is a file, not a directory; choose a directory for `out`")
     if is_run(path):
-        raise ValueError(f"{str(path)!r} already holds a run; continue it with resume={str(path)!r}, "
+        raise RunRefused(f"{str(path)!r} already holds a run; continue it with resume={str(path)!r}, "
                          "or choose another `out`")
-    if path.is_dir() and any(path.iterdir()):
-        raise ValueError(f"{str(path)!r} holds files that are not a fastrl_per run; "
+    if path.is_dir() and any(path.iterdir()) and unstarted(path) is None:
+        raise RunRefused(f"{str(path)!r} holds files that are not a fastrl_per run; "
                          "choose a new or empty directory for `out`")
     return path
+
+def check_confined(run_dir:Path):
+    ("A `RunRefused` if a file or directory of the run in `run_dir` (its files, `replay/`) resolves outside it, "
+     "through a symbolic link: a run reads and writes inside its own directory only.")
+    top = Path(run_dir).resolve()
+    for name in (*RUN_FILES, PENDING, REPLAY_DIR):
+        p = Path(run_dir) / name
+        if (p.exists() or p.is_symlink()) and not p.resolve().is_relative_to(top):
+            raise RunRefused(f"{str(p)!r} leads outside its run directory (to {str(p.resolve())!r}); "
+                             "a run keeps its files inside it: replace the link with the file itself")
 
 def remove_orphans(run_dir:Path) -> list[Path]:
     "Delete the temporary files that an atomic write killed mid-way left in `run_dir`."
@@ -134,7 +179,9 @@ def load_checkpoint(run_dir) -> dict:
     ("The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file "
      "if it is missing or unreadable.")
     path = Path(run_dir) / 'checkpoint.pt'
-    if not path.exists(): raise ValueError(f"no checkpoint at {str(path)!r}")
+    if not path.exists():
+        raise RunRefused(f"no checkpoint at {str(path)!r}: {str(run_dir)!r} is not a run that saved one; "
+                         "give the directory of a run, or start one there with out=")
     try: state = torch.load(path, weights_only=True)
     except Exception as e: raise ValueError(f"cannot read checkpoint {str(path)!r}: {e}") from e
     if not isinstance(state, dict) or 'config' not in state:

@@ -13,16 +13,20 @@ from .apex import ReplayLost
 from .atari import make_env
 from .envs import check_env_id
 from .checks import check_int, check_number, BadValue
+from typing import Literal
+from .checks import DirLock
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
                                load_checkpoint, manifest_differences, read_manifest, remove_orphans, RunMismatchWarning,
                                save_best, save_run, share_mode, start_manifest, now, write_manifest, REPLAY_DIR,
-                               episode_rows, RunLearner)
+                               episode_rows, RunLearner, LOCK_FILE, PENDING, RunRefused, check_confined,
+                               clear_unstarted, hold_run_dir, is_run, unstarted)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, build_learner, resume_learner
 
 # %% auto #0
-__all__ = ['RunInterrupted', 'StopSignals', 'solved_threshold', 'open_run', 'greedy_returns', 'check_eval_seed',
-           'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train', 'check_video_extra', 'evaluate']
+__all__ = ['SOLVED_BY', 'RunInterrupted', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed', 'open_run',
+           'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train',
+           'check_video_extra', 'evaluate']
 
 # %% ../nbs/07d_train.ipynb #05902318
 class RunInterrupted(Exception):
@@ -49,42 +53,72 @@ class StopSignals:
         for s, handler in self.previous.items(): signal.signal(s, handler)
 
 # %% ../nbs/07d_train.ipynb #01dda457
+SOLVED_BY = ('greedy', 'train-mean')   # what must reach `solved`: a confirmed greedy evaluation, the training mean
+
 def solved_threshold(env_id:str, solved:float|None) -> float|None:
-    "The mean return that ends training early: `solved`, else the env's registered reward threshold; 0 never."
+    "The return that ends training early: `solved`, else the env's registered reward threshold; 0 never."
     if solved is None: return check_env_id(env_id).reward_threshold
     check_number('solved', solved)
     return solved or None
 
-def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, dict, int, list[str]]:
-    ("The learner, run directory, previous manifest, update count and notes of a new or resumed run; "
-     "`check(learner)` may refuse it. Nothing is written for a refused one.")
-    if resume is None:
-        run_dir = check_new_run_dir('runs/dqn' if out is None else out)
+def open_new(out, model, config, check=None) -> tuple:
+    ("`open_run`'s parts for a new run in `out`: the directory is checked, the learner built and checked, then the "
+     "directory's lock taken and metrics.csv started. A directory a live run holds is refused naming its holder.")
+    path = Path('runs/dqn' if out is None else out)
+    lock = hold_run_dir(path) if (path / LOCK_FILE).is_file() else None   # a run there may be live: say whose
+    try:
+        run_dir = check_new_run_dir(path)
         learner = new_learner(model or 'mlp', run_dir / REPLAY_DIR, **config)
         if check: check(learner)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = lock or hold_run_dir(run_dir)   # makes the directory
+        check_new_run_dir(run_dir)   # again, now that no other run can begin here
+        clear_unstarted(run_dir)     # what a run stopped before its first checkpoint left
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
-        return learner, run_dir, None, 0, []
+    except BaseException:
+        if lock: lock.release()
+        raise
+    return learner, run_dir, None, 0, [], lock
+
+def open_resumed(resume, out, model, config, check=None) -> tuple:
+    "`open_run`'s parts for the run in `resume`: its lock is taken before anything there is read or settled."
     run_dir = Path(resume)
     if out is not None and Path(out).resolve() != run_dir.resolve():
-        raise ValueError(f"out={str(out)!r} contradicts resume={str(resume)!r}; "
-                         "a resumed run stays in its directory")
-    previous = read_manifest(run_dir)
-    learner, state, notes = resume_learner(run_dir, model, config)
-    if not (run_dir / 'metrics.csv').is_file():
-        raise ValueError(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed")
-    with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
-    if tuple(header) != METRIC_COLUMNS:
-        raise ValueError(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
-                         "start a new run")
-    if learner.config['total_steps'] <= learner.episodes.env_steps:
-        raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.env_steps} steps; "
-                         "ask for more with `total_steps`")
-    if check: check(learner)
-    for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
-    remove_orphans(run_dir)
-    keep_metrics_until(run_dir, learner.episodes.env_steps)
-    return learner, run_dir, previous, int(state.get('updates', 0)), notes
+        raise RunRefused(f"out={str(out)!r} contradicts resume={str(resume)!r}; "
+                         "a resumed run stays in its directory: give one of them")
+    if not (is_run(run_dir) or (run_dir / PENDING).is_file()):
+        if unstarted(run_dir) is not None:
+            raise RunRefused(f"the run in {str(run_dir)!r} stopped before its first checkpoint: there is nothing to "
+                             f"resume; start it again with out={str(run_dir)!r}")
+        raise RunRefused(f"{str(run_dir)!r} is not a fastrl_per run (it has no run.json or checkpoint.pt); "
+                         "give a run's directory, or start a new run with out=")
+    lock = hold_run_dir(run_dir)
+    try:
+        check_confined(run_dir)
+        previous = read_manifest(run_dir)
+        learner, state, notes = resume_learner(run_dir, model, config)
+        if not (run_dir / 'metrics.csv').is_file():
+            raise RunRefused(f"{str(run_dir)!r} has no metrics.csv; it cannot be resumed: start a new run with out=")
+        with open(run_dir / 'metrics.csv', newline='') as f: header = next(csv.reader(f), [])
+        if tuple(header) != METRIC_COLUMNS:
+            raise RunRefused(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
+                             "start a new run with out=")
+        if learner.config['total_steps'] <= learner.episodes.env_steps:
+            raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.env_steps} steps; "
+                             "ask for more with `total_steps`")
+        if check: check(learner)
+        for line in manifest_differences(previous): warnings.warn(line, RunMismatchWarning)
+        remove_orphans(run_dir)
+        keep_metrics_until(run_dir, learner.episodes.env_steps)   # also a last row a kill cut mid-line
+    except BaseException:
+        lock.release()
+        raise
+    return learner, run_dir, previous, int(state.get('updates', 0)), notes, lock
+
+def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, dict, int, list[str], DirLock]:
+    ("The learner, run directory, previous manifest, update count, notes and held lock of a new or resumed run; "
+     "`check(learner)` may refuse it. Nothing is written for a refused one, and its lock is given back.")
+    if resume is None: return open_new(out, model, config, check)
+    return open_resumed(resume, out, model, config, check)
 
 # %% ../nbs/07d_train.ipynb #a34f153c
 def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
@@ -162,10 +196,11 @@ class TrainLoop:
      "evaluates greedily.")
     def __init__(self, learner:RunLearner, run_dir:Path, manifest:dict, updates:int, threshold:float|None,
                  eval_every:int, eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int,
-                 checkpoint_every:int, notes:list[str]):
+                 checkpoint_every:int, notes:list[str], solved_by:str='greedy'):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
         self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
-        self.updates, self.threshold = updates, threshold
+        self.updates, self.threshold, self.solved_by = updates, threshold, solved_by
+        self.solved = None   # how the run reached the threshold: `by`, `step`, the score(s) that decided it
         self.eval_every = eval_every
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
         # the env step of the last checkpoint; of the last progress line
@@ -173,7 +208,7 @@ class TrainLoop:
         self.n_returns = episode_rows(run_dir)   # the episodes already on the board (and in metrics.csv)
         self.best = load_best(run_dir)
         self.choice = BestNetwork(eval_episodes, confirm_episodes, eval_seed, self.best)
-        self.final = None   # (step, score) of the last evaluation
+        self.final = None   # the last evaluation: `step`, `score`, `confirmed` (None: not a candidate), `kept`
         self.next_eval = (self.saved // eval_every + 1) * eval_every if eval_every else math.inf
         # finished: the budget or the threshold is reached; ending: the stream is told to stop
         self.finished = self.ending = False
@@ -184,14 +219,17 @@ class TrainLoop:
          "best.pt if `self.choice` keeps it.")
         choice = self.choice
         score = choice.evaluate(self.learner)
-        self.final = (frame, score)
         self.board.add('return/eval', score, frame)
         confirmed = choice.confirm(self.learner, score)
         if confirmed is not None and choice.confirm_episodes: self.board.add('return/confirmed', confirmed, frame)
-        if choice.keep(confirmed):
+        kept = choice.keep(confirmed)
+        self.final = dict(step=frame, score=score, confirmed=confirmed, kept=kept)
+        if kept:
             save_best(self.run_dir, self.learner, frame, update, score, choice.episodes, choice.seed, confirmed,
                       choice.confirm_episodes)
             self.best = dict(frame=frame, eval_return=score, confirmed_return=confirmed)
+            if self.solved_by == 'greedy' and self.threshold and min(score, confirmed) >= self.threshold:
+                self.solved = dict(by='greedy', step=frame, score=score, confirmed=confirmed)
         return score
 
     def failed(self, step:int, why) -> ValueError:
@@ -220,13 +258,16 @@ class TrainLoop:
         episodes = self.learner.episodes
         self.updates, returns = self.updates + 1, episodes.returns
         for frame, ret in returns[self.n_returns:]: self.board.add('return/episode', ret, frame)
-        solved = bool(self.threshold and len(returns) >= 20 and episodes.recent(20) >= self.threshold)
-        last = not self.finished and (row['frame'] >= self.total or solved)
-        self.finished = self.finished or last
+        if (self.solved_by == 'train-mean' and self.threshold and not self.solved and len(returns) >= 20
+                and episodes.recent(20) >= self.threshold):
+            self.solved = dict(by='train-mean', step=row['frame'], mean=episodes.recent(20))
+        last = not self.finished and (row['frame'] >= self.total or self.solved is not None)
         score = ''
         if self.eval_every and (row['frame'] >= self.next_eval or last):
-            score = self.evaluate(row['frame'], self.updates)
+            score = self.evaluate(row['frame'], self.updates)   # a greedy `solved` is decided here
             self.next_eval = (row['frame'] // self.eval_every + 1) * self.eval_every
+            last = last or (not self.finished and self.solved is not None)
+        self.finished = self.finished or last
         for frame, ret in returns[self.n_returns:-1]: metrics.append_episode(frame, ret)   # each episode has a row
         metrics.append(row, self.updates, returns[-1][1] if len(returns) > self.n_returns else '', score)
         self.board.update(row, self.updates, self.learner.replay)
@@ -250,10 +291,11 @@ class TrainLoop:
         ("Train to the budget, the threshold or a signal; the run's files saved at the end "
          "(`self.stop.signum`: the signal).")
         learner = self.learner
-        save_run(self.run_dir, learner, self.manifest, self.updates)
-        self.bar = Progress(self.total, learner.episodes.env_steps) if progress else None
-        # Ape-X's Ray runs within, before the signals
+        # Ape-X's Ray runs within, before the signals; they are taken before the first checkpoint, so a Ctrl-C at
+        # any moment ends with a checkpoint the run resumes from
         with learner.workers(), StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
+            save_run(self.run_dir, learner, self.manifest, self.updates)
+            self.bar = Progress(self.total, learner.episodes.env_steps) if progress else None
             self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.manifest.get('tb_pending'))
             try:
                 while not self.ending and self.stop.signum is None and learner.episodes.env_steps < self.total:
@@ -285,22 +327,52 @@ class TrainLoop:
                                  f"in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}",
                                  self.stop.signum)
         counts = dict(steps=episodes.env_steps, updates=self.updates, episodes=len(episodes.returns))
-        return '\n'.join(self.notes + run_ending(run_dir, counts, episodes.recent(20), self.threshold, self.final,
-                                                 self.best))
+        last = None if self.final is None else (self.final['step'], self.final['score'])
+        return '\n'.join(self.notes + run_ending(run_dir, counts, episodes.recent(20), last, self.best,
+                                                 [self.stop_line(), *self.kept_lines()]))
+
+    def stop_line(self) -> str:
+        "Why the run ended: the greedy return (or training mean) that reached the threshold, or its budget."
+        solved, choice = self.solved, self.choice
+        if solved and solved['by'] == 'train-mean':
+            return (f"solved by the training mean: the last 20 training episodes reached a mean of "
+                    f"{solved['mean']:.1f} at step {solved['step']:,} (threshold {self.threshold:g})")
+        if solved:
+            confirm = (f" and {solved['confirmed']:.1f} over {choice.episodes + choice.confirm_episodes} with its "
+                       "confirm episodes" if choice.confirm_episodes else '')
+            return (f"solved at step {solved['step']:,}: the greedy network played {solved['score']:.1f} over "
+                    f"{choice.episodes} episodes{confirm} (threshold {self.threshold:g}); best.pt keeps it")
+        budget = f"ended on its budget of {self.total:,} steps"
+        if not self.threshold: return budget
+        if not self.eval_every: return budget + f" (threshold {self.threshold:g}: no greedy evaluation ran to reach it)"
+        return budget + f": no greedy evaluation reached the threshold of {self.threshold:g} with its confirm episodes"
+
+    def kept_lines(self) -> list[str]:
+        "Why best.pt holds another network than the last one evaluated, with the numbers that chose it."
+        final, best, choice = self.final, self.best, self.choice
+        if not final or final['kept'] or not best: return []
+        kept = f"best.pt's {confirmed_return(best):.1f} (its mean with its confirm episodes, step {best['frame']:,})"
+        if final['confirmed'] is None:
+            return [f"best.pt is kept: the last network's greedy {final['score']:.1f} does not beat {kept}"]
+        n, more = choice.episodes, choice.confirm_episodes
+        played = (final['confirmed'] * (n + more) - final['score'] * n) / more
+        return [f"best.pt is kept: the last network's greedy {final['score']:.1f} failed its {more} confirm episodes "
+                f"(they played {played:.1f}, a mean of {final['confirmed']:.1f} over {n + more}, not above {kept})"]
 
 # %% ../nbs/07d_train.ipynb #7e7b8acf
 def train(out:str|None=None, # directory of a new run (default: runs/dqn); it must be new or empty
           resume:str|None=None, # continue the run in this directory from its last checkpoint (default: start a new run)
           # 'mlp' Q-network, or 'recurrent' (R2D2-style LSTM, prioritized sequence replay); default: mlp
           model:str|None=None,
-          # stop at this mean return of 20 episodes; default: the env's reward threshold (475 for CartPole-v1), 0: never
+          # stop at this return (default: the env's threshold, 475 for CartPole-v1); 0: never
           solved:float|None=None,
+          # what must reach --solved: greedy play (confirmed) or the training mean
+          solved_by:Literal['greedy', 'train-mean']='greedy',
           checkpoint_every:int=5_000, # env steps between checkpoints
-          # env steps between greedy evaluations on an env of their own, and one at the end (0: none); best: best.pt
+          # env steps between greedy evaluations, and one at the end; 0: none
           eval_every:int=2_500,
           eval_episodes:int=10, # greedy episodes per evaluation (as many as `evaluate` plays)
-          # more greedy episodes for an evaluation that beats the kept network's mean; best.pt: the best mean over
-          # all of them (0: the best evaluation)
+          # greedy episodes more for an evaluation that beats best.pt, to confirm it
           confirm_episodes:int=30,
           # seeds the evaluation env (episode i: eval_seed + i), away from the training env's
           eval_seed:int=1_000_000_000,
@@ -316,23 +388,26 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     check_int('confirm_episodes', confirm_episodes, low=0)
+    if solved_by not in SOLVED_BY: raise ValueError(f"solved_by={solved_by!r} is not one of {list(SOLVED_BY)}")
     require_cli_extra()
     torch.set_num_threads(threads)
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
         learner.start()   # Ape-X's Ray and actors, before any file: a failed start writes none
-    learner, run_dir, previous, updates, notes = open_run(out, resume, model, config, check)
-    manifest = start_manifest(learner, previous)
-    if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
-    if learner.replay_nbytes is not None:
-        manifest['replay_bytes'] = learner.replay_nbytes
-        if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
-                                      f"{size_text(learner.replay_nbytes)} once full\n")
-    loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
-                     eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes)
-    loop.run(progress, resumed=resume is not None)
-    return loop.summary()
+    learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
+    with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
+        manifest = start_manifest(learner, previous)
+        if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
+        if learner.replay_nbytes is not None:
+            manifest['replay_bytes'] = learner.replay_nbytes
+            if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
+                                          f"{size_text(learner.replay_nbytes)} once full\n")
+        loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
+                         eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
+                         solved_by)
+        loop.run(progress, resumed=resume is not None)
+        return loop.summary()
 
 # %% ../nbs/07d_train.ipynb #d8aeddcc
 def check_video_extra():

@@ -32,9 +32,9 @@ def run(*args, command=COMMAND, check=None, timeout=300, env=None):
     return done
 
 
-def assert_one_line_error(done, contains):
-    "A failure: non-zero exit and one line on stderr naming `contains`, no traceback."
-    assert done.returncode == 1, (done.returncode, done.stderr)
+def assert_one_line_error(done, contains, code=1):
+    "A failure: exit status `code` (2: a run directory refused) and one line on stderr naming `contains`, no traceback."
+    assert done.returncode == code, (done.returncode, done.stderr)
     assert 'Traceback' not in done.stderr, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and contains in lines[0], done.stderr
@@ -204,22 +204,22 @@ def test_out_refuses_a_file_and_a_users_directory(tmp_path):
     (users / 'metrics.csv').write_text('my numbers\n')
     (users / 'plot.png').write_bytes(b'\x89PNG mine')
     before = {p.name: p.read_bytes() for p in users.iterdir()}
-    assert_one_line_error(run('train', '--out', users, '--steps', 100), 'not a fastrl_per run')
+    assert_one_line_error(run('train', '--out', users, '--steps', 100), 'not a fastrl_per run', 2)
     assert {p.name: p.read_bytes() for p in users.iterdir()} == before
-    assert_one_line_error(run('train', '--out', users / 'plot.png', '--steps', 100), 'is a file')
+    assert_one_line_error(run('train', '--out', users / 'plot.png', '--steps', 100), 'is a file', 2)
     assert {p.name: p.read_bytes() for p in users.iterdir()} == before
     debug = run('train', '--out', users, '--steps', 100, '--debug')
     assert debug.returncode == 1 and 'Traceback' in debug.stderr
 
 
 def test_resume_rejects_contradicting_flags_and_changes_nothing(short_run):
-    before = {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file()}
+    before = {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file() and p.name != '.lock'}   # its holder's pid
     done = run('train', '--resume', short_run, '--seed', 3, '--alpha', 0.7, '--steps', 300, '--no-progress')
     assert_one_line_error(done, '--seed 3 (the run has 0); --alpha 0.7 (the run has 0.6)')
-    assert_one_line_error(run('train', '--resume', short_run, '--out', short_run.parent / 'elsewhere'), 'contradicts --resume')
+    assert_one_line_error(run('train', '--resume', short_run, '--out', short_run.parent / 'elsewhere'), 'contradicts --resume', 2)
     assert_one_line_error(run('train', '--resume', short_run, '--model', 'recurrent'), "--model 'recurrent'")
     assert_one_line_error(run('train', '--resume', short_run), 'already has 200 steps')
-    assert {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file()} == before
+    assert {p.name: p.read_bytes() for p in short_run.iterdir() if p.is_file() and p.name != '.lock'} == before
 
 
 def test_run_json_manifest(short_run):
