@@ -529,7 +529,7 @@ class DeviceStorage(RingStorage):
     def adopt(self, n_added:int, arrays:dict, meta:dict):
         "Take over checked saved `arrays` (`check_arrays`): the saved records, read and copied to the device."
         if not arrays: return self.load(n_added, None)
-        rows = read_rows(arrays['rows'], min(n_added, self.max_sz))
+        rows = arrays['rows']   # a mapped file's or a reader's in-memory records: each column is copied once
         self.load(n_added, {n: torch.from_numpy(np.ascontiguousarray(rows[n])) for n in rows.dtype.names})
 
 # %% ../nbs/03_memory.ipynb #e2f720aa

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07d_train.ipynb #1dada101
 from __future__ import annotations
-import copy, csv, math, os, shlex, signal, sys, threading, warnings
+import copy, csv, math, os, shlex, shutil, signal, sys, threading, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -62,20 +62,24 @@ def solved_threshold(env_id:str, solved:float|None) -> float|None:
     return solved or None
 
 def open_new(out, model, config, check=None) -> tuple:
-    ("`open_run`'s parts for a new run in `out`: the directory is checked, the learner built and checked, then the "
-     "directory's lock taken and metrics.csv started. A directory a live run holds is refused naming its holder.")
+    ("`open_run`'s parts for a new run in `out`: the directory is checked, its lock taken and what a run stopped "
+     "before its first checkpoint left there cleared, then the learner built (a replay on disk makes `replay/`) and "
+     "checked, and metrics.csv started. A directory a live run holds is refused naming its holder; a directory "
+     "this call made is removed again if the learner is refused.")
     path = Path('runs/dqn' if out is None else out)
     lock = hold_run_dir(path) if (path / LOCK_FILE).is_file() else None   # a run there may be live: say whose
+    made = not path.exists()
     try:
         run_dir = check_new_run_dir(path)
-        learner = new_learner(model or 'mlp', run_dir / REPLAY_DIR, **config)
-        if check: check(learner)
         lock = lock or hold_run_dir(run_dir)   # makes the directory
         check_new_run_dir(run_dir)   # again, now that no other run can begin here
         clear_unstarted(run_dir)     # what a run stopped before its first checkpoint left
+        learner = new_learner(model or 'mlp', run_dir / REPLAY_DIR, **config)
+        if check: check(learner)
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
     except BaseException:
         if lock: lock.release()
+        if made: shutil.rmtree(path, ignore_errors=True)
         raise
     return learner, run_dir, None, 0, [], lock
 

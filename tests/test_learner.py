@@ -424,7 +424,7 @@ def test_resume_continues_counters(base_run, tmp_path):
     # one row per update, no frame twice, contiguous from the first update to the last frame
     assert len(set(frames.tolist())) == len(frames)
     np.testing.assert_array_equal(frames, np.arange(64, 501))
-    assert sorted(p.name for p in run.iterdir()) == ['best.pt', 'checkpoint.pt', 'metrics.csv', 'plot.png', 'replay', 'run.json', 'tb']
+    assert sorted(p.name for p in run.iterdir() if p.name != '.lock') == ['best.pt', 'checkpoint.pt', 'metrics.csv', 'plot.png', 'replay', 'run.json', 'tb']
     # evaluate --latest: a sentence with the mean of greedy episodes of the checkpoint's network
     out = evaluate(str(run), episodes=2, latest=True)
     assert isinstance(out, str) and 'mean return over 2 greedy episodes' in out
@@ -466,7 +466,7 @@ BAD = [
     ('out holds a run, bad env', None, lambda run, new: train(env_id='Pendulum-v1', total_steps=400, out=str(run), progress=False),
      ['already holds a run']),
     ('resume without checkpoint', None, lambda run, new: train(total_steps=400, resume=str(new), progress=False),
-     ['no checkpoint', 'checkpoint.pt']),
+     ['is not a fastrl_per run', 'checkpoint.pt']),
     ('corrupt checkpoint, resume', corrupt, lambda run, new: train(total_steps=400, resume=str(run), progress=False),
      ['cannot read checkpoint', 'checkpoint.pt']),
     ('corrupt checkpoint, evaluate', corrupt, lambda run, new: evaluate(str(run), episodes=1),
