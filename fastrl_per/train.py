@@ -67,8 +67,8 @@ def open_new(out, model, config, check=None) -> tuple:
      "checked, and metrics.csv started. A directory a live run holds is refused naming its holder; a directory "
      "this call made is removed again if the learner is refused.")
     path = Path('runs/dqn' if out is None else out)
-    lock = hold_run_dir(path) if (path / LOCK_FILE).is_file() else None   # a run there may be live: say whose
-    made = not path.exists()
+    had_lock, made = (path / LOCK_FILE).is_file(), not path.exists()
+    lock = hold_run_dir(path) if had_lock else None   # a run there may be live: say whose
     try:
         run_dir = check_new_run_dir(path)
         lock = lock or hold_run_dir(run_dir)   # makes the directory
@@ -79,7 +79,8 @@ def open_new(out, model, config, check=None) -> tuple:
         with open(run_dir / 'metrics.csv', 'w', newline='') as f: csv.writer(f).writerow(METRIC_COLUMNS)
     except BaseException:
         if lock: lock.release()
-        if made: shutil.rmtree(path, ignore_errors=True)
+        if made: shutil.rmtree(path, ignore_errors=True)           # a refused run leaves the directory as it was
+        elif not had_lock: (path / LOCK_FILE).unlink(missing_ok=True)
         raise
     return learner, run_dir, None, 0, [], lock
 
