@@ -80,7 +80,7 @@ def open_new(out, model, config, check=None) -> tuple:
     except BaseException:
         if lock: lock.release()
         if made: shutil.rmtree(path, ignore_errors=True)           # a refused run leaves the directory as it was
-        elif not had_lock: (path / LOCK_FILE).unlink(missing_ok=True)
+        elif lock and not had_lock: (path / LOCK_FILE).unlink(missing_ok=True)
         raise
     return learner, run_dir, None, 0, [], lock
 
