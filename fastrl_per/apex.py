@@ -17,7 +17,8 @@ from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
 from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
-from .priorities import feedback_arrays, annealed_beta, check_weight_norm, EPS
+from .checks import feedback_arrays
+from .priorities import annealed_beta, check_weight_norm, EPS
 from .priorities import KINDS, PRIORITIZATION, kind_class, kind_settings
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng

@@ -8,10 +8,11 @@ import fcntl, math, os, tempfile
 from pathlib import Path
 import numpy as np
 import torch
+from numba import njit
 
 # %% auto #0
-__all__ = ['BadValue', 'check_int', 'check_number', 'shortened', 'as_numpy', 'check_nonnegative', 'write_atomically',
-           'save_atomically', 'DirLock']
+__all__ = ['BadValue', 'check_int', 'check_number', 'shortened', 'as_numpy', 'check_nonnegative', 'check_progress',
+           'feedback_arrays', 'check_tensor', 'write_atomically', 'save_atomically', 'DirLock']
 
 # %% ../nbs/00_checks.ipynb #e5b6485f
 class BadValue(ValueError):
@@ -48,6 +49,68 @@ def check_nonnegative(values:np.ndarray, name:str='values'):
     if len(values) and not (values.min() >= 0 and values.max() < np.inf):  # also false for NaN
         raise ValueError(f"{name} must be finite and >= 0, got {values[~(np.isfinite(values) & (values >= 0))][0]}")
 
+# %% ../nbs/00_checks.ipynb #00fb8b54
+def check_progress(fraction, final):
+    "A `BadValue` naming `fraction` (training progress) or `final` (a schedule's end) unless each is finite and >= 0."
+    check_number('fraction', fraction)
+    check_number('final', final)
+
+# %% ../nbs/00_checks.ipynb #aaa42813
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)
+
+@njit(cache=True)
+def _first_bad(keys, errors, stored):
+    "The first position whose error is not finite or whose key is outside [0, stored) (stored < 0: any key); -1: none."
+    for k in range(len(keys)):
+        if not np.isfinite(errors[k]) or (stored >= 0 and not 0 <= keys[k] < stored): return k
+    return -1
+
+
+def _paired(idxs, errors, names, column:bool) -> tuple:
+    "`feedback_arrays`' shapes when not two 1-d arrays of one length: (B,) and (B, 1) if `column`, else an error."
+    want, shape = idxs.shape, errors.shape
+    if column:
+        if len(want) == 1 and shape == (*want, 1): return idxs, errors.reshape(want)
+        raise ValueError(f"{names[1]} of shape {shape} do not pair with {names[0]} of shape {want}: "
+                         f"one TD error per idx, shaped {want} or {(*want, 1)}")
+    idxs, errors = np.atleast_1d(idxs), np.atleast_1d(errors)   # a pair of numbers is a pair of 1-element arrays
+    if idxs.ndim != 1 or idxs.shape != errors.shape:
+        raise ValueError(f"got {idxs.size} {names[0]} but {errors.size} {names[1]}: "
+                         f"they must pair up as two 1-d arrays of one length")
+    return idxs, errors
+
+def feedback_arrays(idxs, # integer keys, tensor, array or sequence
+                    errors, # one number per key
+                    names=('idxs', 'td_errors'), # what the caller calls them, for the messages
+                    stored:int|None=None, # keys must lie in [0, stored); None: any int
+                    column:bool=False) -> tuple: # errors may also be a (B, 1) column, as a loss's `gather` gives it
+    "`idxs` as int64 and `errors` as float64 1-d arrays of one length; a `ValueError` naming what is wrong otherwise."
+    idxs = idxs.numpy(force=True) if isinstance(idxs, torch.Tensor) else np.asarray(idxs)   # shares memory if it can
+    errors = errors.numpy(force=True) if isinstance(errors, torch.Tensor) else np.asarray(errors)
+    if idxs.ndim != 1 or idxs.shape != errors.shape: idxs, errors = _paired(idxs, errors, names, column)
+    if idxs.dtype is not _INT64:   # numpy's own int64 and float64 are single objects: `is` is the quick test
+        if len(idxs) and idxs.dtype.kind not in 'iu':
+            raise ValueError(f"{names[0]} must be integer keys, got {idxs.dtype}: {idxs[:3]}")
+        idxs = idxs.astype(np.int64)
+    if errors.dtype is not _FLOAT64: errors = errors.astype(np.float64)
+    bad = _first_bad(idxs, errors, -1 if stored is None else stored)   # one pass for both checks
+    if bad >= 0 and not np.isfinite(errors[bad]):
+        raise ValueError(f"{names[1]} must be finite, got {float(errors[bad])}")
+    if bad >= 0: raise ValueError(f"{names[0]}: {idxs[bad]} is not a written slot (the buffer holds {stored})")
+    return idxs, errors
+
+# %% ../nbs/00_checks.ipynb #ca72fd75
+def check_tensor(name:str, value, rows:int, dtype:torch.dtype|None=None, one_d:bool=True):
+    "Raise a `ValueError` unless `value` is a CPU tensor of `rows` rows (1-d if `one_d`) of `dtype` (None: any)."
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"state {name!r} must be a tensor, got {type(value).__name__}")
+    if value.device.type != 'cpu' or value.requires_grad: raise ValueError(f"state {name!r} must be a plain CPU tensor")
+    if value.ndim == 0 or len(value) != rows or (one_d and value.ndim != 1):
+        raise ValueError(f"state {name!r} has shape {tuple(value.shape)}, "
+                         f"expected {rows} rows{' in 1-d' if one_d else ''}")
+    if dtype is not None and value.dtype != dtype:
+        raise ValueError(f"state {name!r} has dtype {value.dtype}, expected {dtype}")
+
 # %% ../nbs/00_checks.ipynb #5ae09030
 def write_atomically(path, write):
     "Call `write(tmp)` on a temporary file beside `path`, then rename it to `path`: a failed write leaves the old file."
@@ -65,7 +128,7 @@ def save_atomically(obj, path):
     "`torch.save` `obj` to `path` atomically."
     write_atomically(path, lambda tmp: torch.save(obj, tmp))
 
-# %% ../nbs/00_checks.ipynb
+# %% ../nbs/00_checks.ipynb #53edd656
 class DirLock:
     "An exclusive OS lock on directory `path` (flock on `path/name`), held until `release` or the process's end."
     def __init__(self, path, what:str='directory', name:str='.lock'):

@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from .checks import check_int, check_number
 from .sumtree import checked_leaves
+from .checks import feedback_arrays
 from .priorities import (EPS, WEIGHT_NORM, STATE_SCALARS, Priorities, annealed_beta, check_weight_norm,
-                                   feedback_arrays, kind_defaults)
+                                   kind_defaults)
 
 # %% auto #0
 __all__ = ['last_writes', 'DeviceSumTree', 'DevicePriorities']

@@ -20,7 +20,7 @@ from .pipes import StepPipe, BatchSteps
 from .checks import check_int, shortened, BadValue
 from .state import Stateful, check_keys
 from .atari import is_atari, register_atari, make_env, is_minatar, register_minatar
-from .memory import rng_of_state
+from .state import rng_of_state
 
 # %% auto #0
 __all__ = ['check_env_id', 'EnvRun', 'EnvRuns', 'GymStepper', 'StepBudget', 'Budgeted', 'EnvStateError', 'env_layers', 'is_fixed',

@@ -13,18 +13,17 @@ import torch
 from numba import njit
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
-from .priorities import check_tensor, feedback_arrays, annealed_beta
-from .checks import check_int, save_atomically
+from .checks import check_int, check_progress, check_tensor, feedback_arrays, save_atomically
 from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, continued
-from .state import Stateful, check_keys, check_version
+from .state import Stateful, check_keys, check_version, rng_of_state
 
 
 # %% auto #0
 __all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
            'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
            'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'DeviceStorage', 'MemoryView',
-           'locked', 'BufferCore', 'check_state_header', 'rng_of_state', 'pinned_copy', 'copier', 'buffer_storage',
-           'distinct_draw', 'ReplayBuffer', 'ExperienceReplay']
+           'locked', 'BufferCore', 'check_state_header', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
+           'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
 def step_columns(steps) -> dict:
@@ -587,14 +586,6 @@ def check_state_header(obj, state, keys:set):
         raise ValueError(f"state of a {state['kind']} cannot load into a {type(obj).__name__}")
     check_version('buffer state', state, obj.schema_version)
 
-def rng_of_state(text) -> np.random.Generator:
-    "The sampler saved as `json.dumps(rng.bit_generator.state)`; a `ValueError` if `text` is not one."
-    rng = np.random.default_rng()
-    try: rng.bit_generator.state = json.loads(text)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
-    return rng
-
 # %% ../nbs/03_memory.ipynb #b1f0c003
 def pinned_copy(t:torch.Tensor, device:torch.device) -> torch.Tensor:
     "`t` copied to a CUDA `device` through pinned host memory, without blocking the host."
@@ -818,7 +809,7 @@ class ReplayBuffer(BufferCore):
                     fraction:float, # training progress: at least 0, past 1 holds `final`
                     final:float=1.0): # beta at the end of training
         "Check the arguments as a prioritized buffer does; uniform replay's weights stay ones."
-        annealed_beta(1., fraction, final)
+        check_progress(fraction, final)
 
     @locked
     def state_dict(self,

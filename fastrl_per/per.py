@@ -6,7 +6,8 @@
 from __future__ import annotations
 import numpy as np
 from .memory import ReplayBuffer, ExperienceReplay
-from .priorities import Priorities, PriorityKnobs, feedback_arrays, kind_class, EPS, WEIGHT_NORM, PRIORITIZATION
+from .checks import feedback_arrays
+from .priorities import Priorities, PriorityKnobs, kind_class, EPS, WEIGHT_NORM, PRIORITIZATION
 from .devicetree import DevicePriorities
 
 # %% auto #0

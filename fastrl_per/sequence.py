@@ -12,7 +12,8 @@ import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
 from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header
-from .priorities import Priorities, PriorityKnobs, feedback_arrays, check_tensor, EPS, WEIGHT_NORM
+from .checks import feedback_arrays, check_tensor
+from .priorities import Priorities, PriorityKnobs, EPS, WEIGHT_NORM
 from .priorities import PRIORITIZATION
 from .checks import check_int, check_number
 from .state import Stateful, check_keys

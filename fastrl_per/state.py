@@ -4,9 +4,11 @@
 
 # %% ../nbs/00b_state.ipynb #841a90bf
 from __future__ import annotations
+import json
+import numpy as np
 
 # %% auto #0
-__all__ = ['check_keys', 'check_version', 'Stateful']
+__all__ = ['check_keys', 'check_version', 'Stateful', 'rng_of_state']
 
 # %% ../nbs/00b_state.ipynb #ea77cf2e
 def check_keys(what:str, state, keys, exact:bool=False) -> dict:
@@ -42,3 +44,12 @@ class Stateful:
     def load_state_dict(self, state:dict):
         "Restore `state_dict()`: the whole state is checked first, so one that does not fit raises and changes nothing."
         self.assign(self.check_state(state))
+
+# %% ../nbs/00b_state.ipynb #4a618ecc
+def rng_of_state(text) -> np.random.Generator:
+    "The sampler saved as `json.dumps(rng.bit_generator.state)`; a `ValueError` if `text` is not one."
+    rng = np.random.default_rng()
+    try: rng.bit_generator.state = json.loads(text)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ValueError(f"buffer state has an unreadable sampler state: {e}") from e
+    return rng
