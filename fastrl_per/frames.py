@@ -10,7 +10,7 @@ import torch
 from .core import SimpleStep, STEP_FIELDS, unflatten_fields
 from .checks import check_int, as_numpy
 from .store import NO_GUARD, DiskArrays
-from .memory import (step_columns, packed_dtype, RingStorage, schema_of, check_lengths, check_columns,
+from .memory import (step_columns, packed_dtype, Storage, schema_of, check_lengths, check_columns,
                                check_schema, check_saved_count, FieldWriter)
 
 # %% auto #0
@@ -44,7 +44,7 @@ def check_stacks(columns:dict, stack_shape:tuple|None=None):
                              "frames, the new frames last")
 
 # %% ../nbs/03c_frames.ipynb #ef927835
-class FrameStorage:
+class FrameStorage(Storage):
     "`max_sz` transitions whose stacked image states keep each frame once, in a ring of `frame_slots` frames."
     def __init__(self,
                  max_sz:int, # transitions kept; the oldest are overwritten first
@@ -62,7 +62,6 @@ class FrameStorage:
         self._safe = self._safe_frames = NO_GUARD   # the step and frame counts up to which no journaling is needed
 
     declared = None   # no schema declared up front: the first write fixes it
-    sz, idx, cycle = RingStorage.sz, RingStorage.idx, RingStorage.cycle  # the trackers, from `n_added` and `max_sz`
     @property
     def first_frame(self):
         "Global number of the oldest frame still stored."

@@ -5,6 +5,7 @@
 # %% ../nbs/03_memory.ipynb #3fae7678
 from __future__ import annotations
 import functools, inspect, json, math, threading
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from operator import attrgetter
 from pathlib import Path
@@ -19,10 +20,10 @@ from .state import Stateful, check_keys, check_version, rng_of_state
 
 
 # %% auto #0
-__all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'STORAGE_PROTOCOL', 'step_columns', 'packed_dtype', 'describe',
-           'schema_of', 'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter',
-           'field_schema', 'declared_schema', 'check_saved_count', 'RingStorage', 'DeviceStorage', 'MemoryView',
-           'locked', 'BufferCore', 'check_state_header', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
+__all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema',
+           'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter', 'field_schema',
+           'declared_schema', 'Storage', 'check_saved_count', 'RingStorage', 'DeviceStorage', 'MemoryView', 'locked',
+           'BufferCore', 'check_state_header', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
            'ReplayBuffer', 'ExperienceReplay']
 
 # %% ../nbs/03_memory.ipynb #fff286b2
@@ -235,6 +236,73 @@ def declared_schema(fields:Mapping) -> dict:
     check_schema(schema)
     return schema
 
+# %% ../nbs/03_memory.ipynb #a589340d
+class Storage(ABC):
+    ("What a buffer keeps its steps in: `max_sz` slots overwritten oldest first, `n_added` writes so far, "
+     "and the calls below. The trackers are defined here, once, from those two counts.")
+    max_sz: int               # slots kept
+    n_added: int              # writes so far: write n went to slot n % max_sz
+    declared: dict|None       # the column schema the first write must fit (`declared_schema`); None: any
+    rows: object              # the stored rows, None before the first write (then `schema` holds their schema)
+    disk: DiskArrays|None     # where the arrays live as memory-mapped files; None: in memory
+
+    @property
+    def sz(self):
+        "Steps stored."
+        return min(self.n_added, self.max_sz)
+    @property
+    def idx(self):
+        "One past the last written slot (0 when empty)."
+        return 0 if self.n_added == 0 else (self.n_added - 1) % self.max_sz + 1
+    @property
+    def cycle(self):
+        "Completed trips round the ring."
+        return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
+
+    # writing and reading
+    @abstractmethod
+    def check(self, columns:dict) -> int: "A `ValueError` unless `columns` fit what is stored; their row count."
+    @abstractmethod
+    def write(self, columns:dict) -> np.ndarray: "Write checked columns (a batch axis each) at the head; their slots."
+    @abstractmethod
+    def write_step(self, step:SimpleStep) -> int: "Write one single step (checked as `write` checks); its slot."
+    @abstractmethod
+    def write_fields(self, fields:Mapping, batch:bool) -> np.ndarray|None:
+        "Write keywords (one transition or a batch) that fit the schema exactly; their slots, or None (none written)."
+    @abstractmethod
+    def gather(self, idxs) -> SimpleStep: "The steps at slots `idxs` as a `SimpleStep` batch."
+
+    # which slots a draw may pick
+    @property
+    @abstractmethod
+    def n_valid(self) -> int: "How many stored steps can be sampled."
+    @abstractmethod
+    def valid_slots(self, positions:np.ndarray) -> np.ndarray: "The slots of the `positions`-th sampleable steps."
+    @abstractmethod
+    def invalid_slots(self) -> np.ndarray: "The stored slots that cannot be sampled."
+
+    # the state as tensors (`state_dict`) and as files (`save`, `03a_store`)
+    @abstractmethod
+    def state(self) -> dict|None: "Every stored array as CPU tensors, or None before the first write."
+    @abstractmethod
+    def check_saved(self, n_added:int, columns:dict|None): "A `ValueError` unless `state`'s output fits here."
+    @abstractmethod
+    def load(self, n_added:int, columns:dict|None): "Replace everything with a checked `state`'s output."
+    @abstractmethod
+    def nbytes(self) -> int: "Bytes the stored arrays take."
+    @abstractmethod
+    def arrays(self) -> dict: "The big arrays a save writes as files."
+    @abstractmethod
+    def counts(self) -> dict: "How many writes each of `arrays` has had."
+    @abstractmethod
+    def meta(self) -> dict: "What a save keeps beside the arrays."
+    @abstractmethod
+    def saved(self): "A save now holds the arrays as they are."
+    @abstractmethod
+    def check_arrays(self, n_added:int, arrays:dict, meta:dict): "A `ValueError` unless saved arrays fit here."
+    @abstractmethod
+    def adopt(self, n_added:int, arrays:dict, meta:dict): "Take over checked saved arrays."
+
 # %% ../nbs/03_memory.ipynb #04085711
 def check_saved_count(n_added, columns):
     "Raise a `ValueError` unless `n_added` counts steps and a storage's saved `columns` are None just when it is 0."
@@ -242,7 +310,7 @@ def check_saved_count(n_added, columns):
     if (columns is None) != (n_added == 0):
         raise ValueError(f"state has n_added {n_added} but {'no' if columns is None else 'some'} columns")
 
-class RingStorage:
+class RingStorage(Storage):
     "`max_sz` packed rows of fields, preallocated on the first write and overwritten oldest first."
     def __init__(self,
                  max_sz:int, # rows kept
@@ -287,19 +355,6 @@ class RingStorage:
     def columns(self) -> dict|None:
         "Each field as a column: a view into the rows (made on each call, so copies of the storage stay whole)."
         return None if self.rows is None else {n: self.rows[n] for n in self.order}
-
-    @property
-    def sz(self):
-        "Steps stored."
-        return min(self.n_added, self.max_sz)
-    @property
-    def idx(self):
-        "One past the last written slot (0 when empty)."
-        return 0 if self.n_added == 0 else (self.n_added - 1) % self.max_sz + 1
-    @property
-    def cycle(self):
-        "Completed trips round the ring."
-        return 0 if self.n_added == 0 else (self.n_added - 1) // self.max_sz
 
     def check(self, columns:dict):
         "Raise a `ValueError` if `columns` do not fit the stored ones (see `check_columns`); return their row count."
@@ -446,7 +501,7 @@ class RingStorage:
         self.saved()
 
     # Which slots a sampler may draw, the protocol a buffer draws through (a `FrameStorage` loses some): all stored ones
-    n_valid = sz   # how many stored steps can be sampled: all of them (the same property: no extra call per draw)
+    n_valid = Storage.sz   # how many stored steps can be sampled: all (the same property: no extra call per draw)
     def valid_slots(self, positions:np.ndarray) -> np.ndarray:
         "The slots of the `positions`-th sampleable steps (`0 <= position < n_valid`): the positions themselves."
         return positions
@@ -601,11 +656,6 @@ def copier(device):
 
 
 # %% ../nbs/03_memory.ipynb #0c801855
-# what a buffer calls on its storage, besides the trackers
-STORAGE_PROTOCOL = ('write', 'write_step', 'write_fields', 'gather', 'state', 'check_saved', 'load', 'nbytes',
-                    'n_valid', 'valid_slots', 'invalid_slots', 'arrays', 'counts', 'meta', 'saved', 'check_arrays',
-                    'adopt')
-
 def buffer_storage(max_sz:int|None, schema:dict|None, storage, device=None):
     """The storage of a new buffer: `storage` (empty) as given, or a `RingStorage` (a `DeviceStorage` on `device`) of
     `max_sz` (None: 100) rows declared with `schema`; a `TypeError` or `ValueError` naming the values if they clash."""
@@ -614,8 +664,9 @@ def buffer_storage(max_sz:int|None, schema:dict|None, storage, device=None):
         return RingStorage(size, declared) if device is None else DeviceStorage(size, declared, device)
     if device is not None:
         raise TypeError(f"a buffer given a storage takes no device (got device={device!r}): give a DeviceStorage")
-    missing = [n for n in STORAGE_PROTOCOL if not hasattr(type(storage), n)]
-    if missing: raise TypeError(f"storage must be a RingStorage or a FrameStorage, got {storage!r:.100} (no {missing})")
+    if not isinstance(storage, Storage):
+        raise TypeError(f"storage must be a Storage (a RingStorage, DeviceStorage or FrameStorage), "
+                        f"got {storage!r:.100}")
     name = type(storage).__name__
     if schema is not None:
         declared = storage.declared
