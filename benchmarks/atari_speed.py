@@ -35,7 +35,7 @@ training) except for a short run's numbers, passed to both sides: a `--buffer` o
 a `--warmup` of 250 and epsilon already at its end value 0.1 (the model acts on nearly every step, as
 through most of a long run, not only in the updates). The hand-written loop (`HandLoop`, cleanrl style)
 does the same work with the same parts in one plain loop: `EnvRun` with the same `make_env`
-preprocessing, `EpsilonGreedy`, sign-clipped rewards, the same buffer core (`PrioritizedReplayBuffer` + `FrameStorage`), the same
+preprocessing, `EpsilonGreedy`, sign-clipped rewards, the same buffer (`PrioritizedReplayBuffer` + `FrameStorage`), the same
 network, double-DQN target, importance-weighted smooth L1 loss, gradient-norm clipping, fused `adam`,
 hard target copy, priority update and beta annealed over the updates the Learner plans. Before timing,
 `check_same_work` runs both for 300 env steps from one seed (with `target_every` 10, so that hard

@@ -5,6 +5,7 @@
 # %% ../nbs/15_cliffwalk.ipynb #9a5cfb53
 from __future__ import annotations
 import functools
+from types import MappingProxyType
 import numpy as np
 from numba import njit
 from .priorities import Priorities, RankHeap, PRIORITIZATION
@@ -160,9 +161,9 @@ def replay_oracle(walk:Cliffwalk):
         deltas = m['reward'][rows] + bootstrap - q[s, a]
         if walk.replay(rows[[np.argmin(walk.sse_after(s, a, deltas))]])[1]: return
 
-METHODS = dict(uniform=replay_uniform, proportional=replay_prioritized,
+METHODS = MappingProxyType(dict(uniform=replay_uniform, proportional=replay_prioritized,
                rank=functools.partial(replay_prioritized, prioritization=functools.partial(RankHeap, segments=32)),
-               greedy=replay_greedy, oracle=replay_oracle)
+               greedy=replay_greedy, oracle=replay_oracle))
 
 def updates_to_learn(n:int, method:str, seed:int=0, linear:bool=False) -> int:
     "Updates `method` needs until the MSE of the Q values to Q* of the `n`-state Cliffwalk is below 1e-3."

@@ -4,6 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #b0b3af3e
 from __future__ import annotations
+from types import MappingProxyType
 import numpy as np
 import torch
 
@@ -14,9 +15,9 @@ __all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'RESERVED', 'tree_map', 'flatten_field
 STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'reward',
                'total_reward', 'env_id', 'step_n', 'episode_n', 'n_steps')
 
-FIELD_DTYPES = dict(terminated=torch.bool, truncated=torch.bool, reward=torch.float32,
-                    total_reward=torch.float32, env_id=torch.int64, step_n=torch.int64,
-                    episode_n=torch.int64, n_steps=torch.int32)
+FIELD_DTYPES = MappingProxyType(dict(terminated=torch.bool, truncated=torch.bool, reward=torch.float32,
+                                     total_reward=torch.float32, env_id=torch.int64, step_n=torch.int64,
+                                     episode_n=torch.int64, n_steps=torch.int32))
 RESERVED = ('idxs', 'weights')  # what a sampled batch carries besides its fields
 
 def _as_field(name, value):

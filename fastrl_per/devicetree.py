@@ -170,9 +170,9 @@ class DevicePriorities:
 
     def set_beta(self, value): self._beta.fill_(check_number('beta', value))
     def anneal_beta(self,
-                    fraction:float, # training progress in [0, 1]
+                    fraction:float, # training progress: at least 0, past 1 holds `final`
                     final:float=1.0): # beta at the end of training
-        "Move beta linearly from `beta0` to `final`: beta0 + fraction * (final - beta0)."
+        "Move beta linearly from `beta0` to `final`: beta0 + min(fraction, 1) * (final - beta0)."
         self.set_beta(annealed_beta(self.beta0, fraction, final))
 
     def add(self,

@@ -95,7 +95,8 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
 
 # %% ../nbs/05_per.ipynb #6d437cd5
 class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
-    "Store every step from `source_datapipe`; once `bs` are stored, yield a prioritized batch per incoming item."
+    ("Store every step from `source_datapipe` in a `PrioritizedReplayBuffer`; once `warmup` are stored, yield "
+     "`repeats` batches drawn by priority every `every` items, each with its `idxs` and importance `weights`.")
     def __init__(self,
                  source_datapipe, # yields SimpleSteps (single, batches or lists)
                  bs:int=1, # batch size of each yielded sample
@@ -108,7 +109,7 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  every:int=1, # incoming items between rounds of sampling
                  repeats:int=1, # batches sampled each round
                  warmup:int|None=None, # steps stored before the first sample; None: bs
-                 buffer:PrioritizedReplayBuffer|None=None, # an existing buffer core to wrap instead of a new one
+                 buffer:PrioritizedReplayBuffer|None=None, # an existing buffer to wrap instead of a new one
                  prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
                  weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
         if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,

@@ -343,9 +343,9 @@ class Priorities:
     def set_beta(self, value): self.beta = check_number('beta', value)
 
     def anneal_beta(self,
-                    fraction:float, # training progress in [0, 1]
+                    fraction:float, # training progress: at least 0, past 1 holds `final`
                     final:float=1.0): # beta at the end of training
-        "Move beta linearly from `beta0` to `final`: beta0 + fraction * (final - beta0)."
+        "Move beta linearly from `beta0` to `final`: beta0 + min(fraction, 1) * (final - beta0)."
         self.set_beta(annealed_beta(self.beta0, fraction, final))
 
     def add(self,
@@ -495,7 +495,7 @@ def _fresh_updates(keys, prios, leaves, ceiling, written, keyed, active, some_ou
 
 # %% ../nbs/04b_priorities.ipynb #d7019638
 STATE_SCALARS = ('alpha', 'beta', 'beta0', 'eps', 'max_priority')
-STATE_ARRAYS = dict(priorities=torch.float64, writes=torch.int32, sampled_at=torch.int32)
+STATE_ARRAYS = MappingProxyType(dict(priorities=torch.float64, writes=torch.int32, sampled_at=torch.int32))
 
 # %% ../nbs/04b_priorities.ipynb #4721aabf
 def _knob(name, doc, setter=None):
@@ -520,7 +520,7 @@ class PriorityKnobs:
     def set_beta(self, value):
         with self.lock: self.prioritizer.set_beta(value)
     def anneal_beta(self,
-                    fraction:float, # training progress in [0, 1]
+                    fraction:float, # training progress: at least 0, past 1 holds `final`
                     final:float=1.0): # beta at the end of training
-        "Move beta linearly from its start to `final`: beta0 + fraction * (final - beta0)."
+        "Move beta linearly from its start to `final`: beta0 + min(fraction, 1) * (final - beta0)."
         with self.lock: self.prioritizer.anneal_beta(fraction, final)

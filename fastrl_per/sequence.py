@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep
-from .memory import RingStorage, step_columns, BufferCore, locked, check_state_header
+from .memory import RingStorage, step_columns, BufferBase, locked, check_state_header
 from .checks import feedback_arrays, check_tensor
 from .priorities import Priorities, PriorityKnobs, EPS, WEIGHT_NORM
 from .priorities import PRIORITIZATION
@@ -78,7 +78,7 @@ class _WindowMax:
     def max(self): return self.q[0][1] if self.q else None
 
 # %% ../nbs/09_sequence.ipynb #1a8ffbaa
-class SequenceReplay(BufferCore):
+class SequenceReplay(BufferBase):
     "Whole episodes in a ring of `capacity` transitions, sampled as chunks of consecutive steps."
     schema_version = 1
     min_slots = 256  # episode slots allocated at first; doubled when full, never more than `capacity`
@@ -436,7 +436,7 @@ class SequenceReplayPipe(Stateful, IterDataPipe):
     "Add episodes to `buffer`; once a chunk fits, yield a sampled batch every `every` incoming items."
     def __init__(self,
                  source_datapipe, # yields Episodes, or SimpleSteps to assemble into episodes
-                 buffer:SequenceReplay, # the buffer core, uniform or prioritized
+                 buffer:SequenceReplay, # the buffer, uniform or prioritized
                  bs:int=1, # chunks per sampled batch
                  length:int=1, # steps per chunk
                  every:int=1, # incoming items (episodes or steps) per sampled batch

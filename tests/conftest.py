@@ -42,7 +42,7 @@ def assert_state_equal(a, b):
 
 
 def snapshot(obj):
-    "The state and the tree leaves (None for a uniform buffer) of a buffer core or of a pipe around one."
+    "The state and the tree leaves (None for a uniform buffer) of a buffer or of a pipe around one."
     buf = getattr(obj, 'buffer', obj)
     return buf.state_dict(), (buf.tree[:] if hasattr(buf, 'tree') else None)
 

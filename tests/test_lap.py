@@ -20,7 +20,7 @@ CHI2_9DF_P001 = 27.877  # chi-square critical value, 9 degrees of freedom, p = 0
 
 
 def lap_buffer(n, max_sz=16, seed=0, **kwargs):
-    "A LAP buffer core holding `n` steps."
+    "A LAP buffer holding `n` steps."
     buf = PrioritizedReplayBuffer(max_sz=max_sz, seed=seed, prioritization='lap', **kwargs)
     if n: buf.add(SimpleStep.from_steps(steps(n)))
     return buf

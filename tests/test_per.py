@@ -26,7 +26,7 @@ def steps(n, start=0):
 
 
 def per_buffer(n, max_sz=8, seed=0, start=0, **kwargs):
-    "A prioritized buffer core holding `n` steps (written in one batch)."
+    "A prioritized buffer holding `n` steps (written in one batch)."
     buf = PrioritizedReplayBuffer(max_sz=max_sz, seed=seed, **kwargs)
     if n: buf.add(SimpleStep.from_steps(steps(n, start)))
     return buf

@@ -19,7 +19,7 @@ nan, inf = float('nan'), float('inf')
 
 
 def rank_buffer(n, max_sz=8, seed=0, **kwargs):
-    "A rank-based buffer core holding `n` steps."
+    "A rank-based buffer holding `n` steps."
     buf = PrioritizedReplayBuffer(max_sz=max_sz, seed=seed, prioritization='rank', **kwargs)
     if n: buf.add(SimpleStep.from_steps(steps(n)))
     return buf

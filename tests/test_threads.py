@@ -1,4 +1,4 @@
-"""One writer thread and one reader thread may share a buffer core.
+"""One writer thread and one reader thread may share a buffer.
 
 A writer adds (single steps, so the deferred bookkeeping runs concurrently too, and
 batches; whole episodes for the sequence buffer) while a reader samples and feeds
