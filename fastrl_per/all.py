@@ -7,16 +7,17 @@ __all__ = []
 
 # %% ../nbs/99_all.ipynb #e005554a
 from .core import SimpleStep
+from .state import Stateful
 from .pipes import UnbatchSteps, BatchSteps
 from .envs import GymStepper, GymTransformBlock
 from .nstep import NStepTransitions
 from .atari import make_env
 from .collect import AsyncCollector
-from .memory import RingStorage, ReplayBuffer, ExperienceReplay
+from .memory import Storage, RingStorage, ReplayBuffer, ExperienceReplay
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from .frames import FrameStorage
 from .sumtree import SumTree
-from .priorities import Priorities
+from .priorities import Priorities, PriorityKind, KINDS
 from .sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ, TDTargets, WeightedLoss,
                             OptimizerStep, TargetUpdate, SoftUpdate, PriorityFeedback, AnnealBeta, TrainMetrics)
@@ -29,7 +30,8 @@ from .apex import ApexRun
 from .train import train, evaluate, RunInterrupted
 
 # the public API: the record type, the stages, the buffers and the storages they are given, the networks, the
-# learners and the command's functions; helpers stay importable from their modules
+# learners and the command's functions, and the extension points (docs/extend.md: the storage interface, the
+# prioritization kinds and their registry, the state protocol); helpers stay importable from their modules
 # (`from fastrl_per.rundir import read_metrics`)
 __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions',
            'make_env', 'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer',
@@ -38,4 +40,5 @@ __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransfo
            'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy', 'EpisodeReturns', 'ToDevice', 'OnlineQ',
            'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate', 'SoftUpdate', 'PriorityFeedback',
            'AnnealBeta', 'AnnealLR', 'TrainMetrics', 'NatureQNetwork', 'MinAtarQNetwork', 'RecurrentQNetwork',
-           'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted']
+           'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted',
+           'Storage', 'PriorityKind', 'KINDS', 'Stateful']
