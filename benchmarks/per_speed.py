@@ -320,7 +320,7 @@ def main(argv=None):
     ours.update_priorities(np.arange(N), td0)     # never-sampled slots: every update applies
     traced, traced_peak = tracemalloc.get_traced_memory(); tracemalloc.stop()
     rss_ours = None if rss0 is None else rss_bytes() - rss0
-    assert len(ours) == N and math.isclose(ours.tree.total, leaves.sum(), rel_tol=1e-9)
+    assert len(ours) == N and math.isclose(ours.kind.total, leaves.sum(), rel_tol=1e-9)
 
     # --- (b) cpprb
     impl = {'ours': ours}
@@ -537,7 +537,7 @@ def main(argv=None):
     # --- memory of ours
     raw = sum(getattr(singles[0], n).element_size() * getattr(singles[0], n).numel() for n in STEP_FIELDS)
     core = ours.prioritizer
-    tree_arrays = arrays_of(core.tree, 'tree')
+    tree_arrays = arrays_of(core.kind, 'tree')
     parts = {'storage (packed records, one per slot)': ours.storage.nbytes(),
              'per-slot record of the priority core (raw priority, writes, sampled_at)': core.keyed.nbytes,
              'in-the-draw flags': core.active.nbytes,

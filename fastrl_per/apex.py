@@ -82,7 +82,7 @@ class ReplayServer:
 
     def totals(self) -> dict:
         "What the learner needs to sample across shards: the total and least priority leaf (p ** alpha), size, beta."
-        tree = self.buffer.tree   # a shardable kind's: its total and least leaf
+        tree = self.buffer.kind   # a shardable kind's: its total and least leaf
         return dict(total=float(tree.total), least=float(tree.min) if len(self.buffer) else math.inf,
                     size=len(self.buffer), beta=self.buffer.beta)
 

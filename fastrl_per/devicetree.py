@@ -131,8 +131,8 @@ class DevicePriorities:
         if capacity > self.max_capacity:
             raise ValueError(f"capacity {capacity} is above the {self.max_capacity} keys a priority core holds")
         alpha, beta = kind_defaults(self.prioritization, alpha, beta)
-        self.tree = DeviceSumTree(capacity, device, dtype)
-        self.capacity, self.device, self.stale_rule = int(capacity), self.tree.device, stale_rule
+        self.kind = DeviceSumTree(capacity, device, dtype)
+        self.capacity, self.device, self.stale_rule = int(capacity), self.kind.device, stale_rule
         self.weight_norm = weight_norm
         self.eps, self.beta0 = check_number('eps', eps, low_ok=False), check_number('beta', beta)
         scalar = lambda v, dtype=torch.float64: torch.tensor(v, dtype=dtype, device=self.device)
@@ -157,7 +157,7 @@ class DevicePriorities:
 
     def leaves_of(self, prios:torch.Tensor) -> torch.Tensor:
         "The tree's leaves of raw priorities `prios` (0: nothing there): p ** alpha, in the tree's dtype."
-        return torch.where(prios > 0, prios ** self._alpha, 0.).to(self.tree.dtype)
+        return torch.where(prios > 0, prios ** self._alpha, 0.).to(self.kind.dtype)
 
     def set_alpha(self, value):
         "Set alpha and re-lay the tree; checked first (on the host): a rejected alpha changes nothing."
@@ -166,7 +166,7 @@ class DevicePriorities:
         with np.errstate(over='ignore'):
             if not top ** alpha <= self.ceiling: raise Priorities._overflow(self, top, alpha, 'priority')
         self._alpha.fill_(alpha)
-        self.tree.set_leaves(self.leaves_of(self.raw))
+        self.kind.set_leaves(self.leaves_of(self.raw))
 
     def set_beta(self, value): self._beta.fill_(check_number('beta', value))
     def anneal_beta(self,
@@ -181,7 +181,7 @@ class DevicePriorities:
         "Keys `start`, ..., `start + n - 1` (mod capacity) hold new items: they enter at `max_priority`."
         keys = (torch.arange(n, device=self.device) + start) % self.capacity
         self.raw[keys] = self._top
-        self.tree.write(keys, self.leaves_of(self._top).expand(n))
+        self.kind.write(keys, self.leaves_of(self._top).expand(n))
         if self.stale_rule: self.writes[keys] += 1
         else: self.writes[keys], self.sampled_at[keys] = 1, -1   # a new history: updates always apply
 
@@ -194,11 +194,11 @@ class DevicePriorities:
                    check:bool=True): # raise a `ValueError` unless the total is positive and finite (a host sync)
         "`len(r)` keys drawn in equal segments of the total and their float32 weights; each remembers its write count."
         if check:
-            total = float(self.tree.total)
+            total = float(self.kind.total)
             if not (math.isfinite(total) and total > 0):
                 raise ValueError(f"the total priority must be positive and finite, got {total!r}")
-        keys, leaves = self.tree.find_strata(r)
-        least = leaves.min() if self.weight_norm == 'batch' else self.tree.min
+        keys, leaves = self.kind.find_strata(r)
+        least = leaves.min() if self.weight_norm == 'batch' else self.kind.min
         weights = ((leaves.double() / least.double()) ** -self._beta).float()
         self.sampled_at[keys] = self.writes[keys]
         return keys, weights
@@ -233,7 +233,7 @@ class DevicePriorities:
             fresh = (at < 0) | (at == self.writes[keys])
         prios = torch.where(fresh, prios, self.raw[keys])   # a dropped key keeps what it holds
         self.raw[keys] = prios
-        self.tree.write(keys, self.leaves_of(prios))
+        self.kind.write(keys, self.leaves_of(prios))
         self._dropped.add_((~fresh).sum())
         torch.maximum(self._top, torch.where(fresh, prios, 0.).max(), out=self._top)
 
@@ -266,7 +266,7 @@ class DevicePriorities:
             raise ValueError(f"a DevicePriorities of {self.capacity} keys copies a proportional core of as many, "
                              f"got {host!r}")
         for name in ('raw', 'writes', 'sampled_at'): getattr(self, name).copy_(torch.from_numpy(getattr(host, name)))
-        self.tree.set_leaves(torch.from_numpy(host.tree[:]).to(self.device, self.tree.dtype))   # the host's own leaves
+        self.kind.set_leaves(torch.from_numpy(host.kind[:]).to(self.device, self.kind.dtype))   # the host's own leaves
         self._alpha.fill_(host.alpha), self._beta.fill_(host.beta), self._top.fill_(host.max_priority)
         self._dropped.fill_(host.stale_dropped)
         self.beta0, self.eps, self.weight_norm = host.beta0, host.eps, host.weight_norm

@@ -266,7 +266,7 @@ def _remember(keys, keyed):
         at.sampled_at = at.writes
 
 class Priorities:
-    "Raw priorities |td| + eps of `capacity` int keys, their leaves in a `PriorityKind` (the `tree`), and the draw."
+    "Raw priorities |td| + eps of `capacity` int keys, their leaves in a `PriorityKind` (the `kind`), and the draw."
     ceiling = 1e300          # the largest leaf: max_capacity leaves sum to a finite float64
     max_capacity = 10 ** 8
 
@@ -285,8 +285,9 @@ class Priorities:
         alpha, beta = kind_defaults(prioritization, alpha, beta)
         self._alpha, self.beta = check_number('alpha', alpha), check_number('beta', beta)
         self.beta0, self.eps = self.beta, check_number('eps', eps, low_ok=False)
-        self.kind = KINDS.get(prioritization, prioritization) if isinstance(prioritization, str) else prioritization
-        self.tree = self.kind(capacity)                    # the leaves, made from the raw priorities
+        named = isinstance(prioritization, str)
+        self.make_kind = KINDS.get(prioritization, prioritization) if named else prioritization   # a class or partial
+        self.kind = self.make_kind(capacity)               # the kind: its leaves, made from the raw priorities
         self.capacity, self.max_priority, self.stale_rule = int(capacity), 1.0, stale_rule
         self.weight_norm = weight_norm
         self.keyed = np.zeros(capacity, KEYED)             # raw, writes, sampled_at of each key: one 16-byte record
@@ -301,17 +302,17 @@ class Priorities:
     sampled_at = property(lambda self: self.keyed['sampled_at'],
                           doc="`writes` of each key when it was last drawn (-1: never).")
 
-    prioritization = property(lambda self: self.tree.name, doc="The kind's name, as `KINDS` and states give it.")
+    prioritization = property(lambda self: self.kind.name, doc="The kind's name, as `KINDS` and states give it.")
 
     def __repr__(self): return (f"Priorities(capacity={self.capacity}, prioritization={self.prioritization!r}, "
                                 f"alpha={self.alpha}, beta={self.beta}, weight_norm={self.weight_norm!r}, "
-                                f"{self.tree!r})")
+                                f"{self.kind!r})")
 
     def leaves_of(self, prios, alpha:float|None=None, what:str='priority') -> np.ndarray:
         "The kind's leaves of `prios` under `alpha` (default: this core's); a `ValueError` naming one above `ceiling`."
         alpha = self._alpha if alpha is None else alpha
         prios = np.asarray(prios, np.float64)
-        with np.errstate(over='ignore', under='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, alpha)
+        with np.errstate(over='ignore', under='ignore', invalid='ignore'): leaves = self.kind.leaves(prios, alpha)
         if len(leaves) and not leaves.max() <= self.ceiling:   # also true for NaN
             raise self._overflow(prios[~(leaves <= self.ceiling)][0], alpha, what)
         return leaves
@@ -338,7 +339,7 @@ class Priorities:
         leaves = self.leaves_of(self.raw[stored], alpha)
         self.leaves_of(np.full(1, self.max_priority), alpha, 'max_priority')
         self._alpha = alpha
-        self.tree.update_unchecked(stored, np.where(self.active[stored], leaves, 0.))
+        self.kind.update_unchecked(stored, np.where(self.active[stored], leaves, 0.))
 
     def set_beta(self, value): self.beta = check_number('beta', value)
 
@@ -353,12 +354,12 @@ class Priorities:
             n:int=1, # how many keys, wrapping from the last key to 0
             active:bool=True): # whether they enter the draw
         "Keys `start`, ..., `start + n - 1` (mod capacity) hold new items: they enter at `max_priority`."
-        leaf = self.tree.leaves(np.full(1, self.max_priority), self._alpha) * active   # as when the tree is re-laid
+        leaf = self.kind.leaves(np.full(1, self.max_priority), self._alpha) * active   # as when the tree is re-laid
         head = min(n, self.capacity - start)                             # keys before the wrap
         for first, count in ((start, head), (0, n - head)):
             if count <= 0: continue
             keys = slice(first, first + count)
-            self.tree.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when set
+            self.kind.set_range_unchecked(first, np.repeat(leaf, count))   # max_priority ** alpha was checked when set
             self.raw[keys], self.active[keys] = self.max_priority, active
             self._some_out |= not active
             if self.stale_rule: self.writes[keys] += 1
@@ -367,13 +368,13 @@ class Priorities:
     def remove(self, keys):
         "Keys `keys` hold nothing any more: priority and leaf 0."
         self.raw[keys], self.active[keys], self._some_out = 0., False, True
-        self.tree.update_unchecked(*checked_leaves(keys, np.zeros(len(keys)), self.capacity))
+        self.kind.update_unchecked(*checked_leaves(keys, np.zeros(len(keys)), self.capacity))
 
     def relay(self, keys):
         "Set the leaves of `keys` from their raw priorities (0 if inactive)."
         keys = np.asarray(keys, np.int64)
-        leaves = np.where(self.active[keys], self.tree.leaves(self.raw[keys], self._alpha), 0.)
-        self.tree.update_unchecked(*checked_leaves(keys, leaves, self.capacity))
+        leaves = np.where(self.active[keys], self.kind.leaves(self.raw[keys], self._alpha), 0.)
+        self.kind.update_unchecked(*checked_leaves(keys, leaves, self.capacity))
 
     def set_active(self, keys, active):
         "Put keys `keys` in the draw where `active` is true and out of it elsewhere; raw priorities are kept."
@@ -383,7 +384,7 @@ class Priorities:
 
     def empty(self, capacity:int) -> Priorities:
         "A core of `capacity` keys that holds nothing, with this one's kind (and its options), exponents and settings."
-        return Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.kind, self.weight_norm)
+        return Priorities(capacity, self.alpha, self.beta, self.eps, self.stale_rule, self.make_kind, self.weight_norm)
 
     def moved(self, capacity:int, old, new) -> Priorities:
         "A core of `capacity` keys with this one's exponents and `max_priority`; keys `new` hold what `old` hold here."
@@ -392,12 +393,12 @@ class Priorities:
         other._some_out = self._some_out
         for name in ('raw', 'active', 'writes', 'sampled_at'): getattr(other, name)[new] = getattr(self, name)[old]
         other.relay(new)
-        other.tree.load_state_dict(self.tree.state_dict(old), new)   # what the kind keeps moves along
+        other.kind.load_state_dict(self.kind.state_dict(old), new)   # what the kind keeps moves along
         return other
 
     def draw(self, rng:np.random.Generator, bs:int):
         "`bs` keys drawn by the kind, and their float32 importance weights; each remembers its write count."
-        keys, weights = self.tree.draw(rng, bs, self._alpha, self.beta, self.weight_norm)
+        keys, weights = self.kind.draw(rng, bs, self._alpha, self.beta, self.weight_norm)
         _remember(keys, self.keyed)
         return keys, weights
 
@@ -409,21 +410,21 @@ class Priorities:
         prios = np.asarray(np.abs(td_errors) + self.eps, np.float64)   # a copy only if the errors were not float64
         if not len(prios): return
         if self._alpha > 1:   # only a power above 1 overflows a finite priority: numpy would warn before our error
-            with np.errstate(over='ignore', invalid='ignore'): leaves = self.tree.leaves(prios, self._alpha)
-        else: leaves = self.tree.leaves(prios, self._alpha)
+            with np.errstate(over='ignore', invalid='ignore'): leaves = self.kind.leaves(prios, self._alpha)
+        else: leaves = self.kind.leaves(prios, self._alpha)
         keys, leaves, stale, top, bad = _fresh_updates(keys, prios, leaves, self.ceiling, written, self.keyed,
                                                        self.active, self._some_out)
         if bad >= 0: raise self._overflow(prios[bad], self._alpha)   # checked before anything was stored
         self._stale_dropped += stale
         if not len(keys): return
-        self.tree.update_unchecked(keys, leaves)   # checked above; repeats in call order, the last wins
+        self.kind.update_unchecked(keys, leaves)   # checked above; repeats in call order, the last wins
         self.max_priority = max(self.max_priority, top)
 
     def state_dict(self, keys) -> dict:
         "The exponents, `max_priority`, the stale-drop count and the raw priorities and write counts of `keys`."
         return dict({k: getattr(self, k) for k in STATE_SCALARS}, stale_dropped=self._stale_dropped,
                     prioritization=self.prioritization, weight_norm=self.weight_norm,
-                    kind_state=self.tree.state_dict(keys),
+                    kind_state=self.kind.state_dict(keys),
                     priorities=torch.from_numpy(self.raw[keys]),
                     writes=torch.from_numpy(self.writes[keys]), sampled_at=torch.from_numpy(self.sampled_at[keys]))
 
@@ -458,7 +459,7 @@ class Priorities:
         "Replace everything with `state` (checked first: a rejected state changes nothing)."
         keys = np.asarray(keys, np.int64)
         self.check_state(state, len(keys))
-        loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule, self.kind,
+        loaded = Priorities(self.capacity, state['alpha'], state['beta'], state['eps'], self.stale_rule, self.make_kind,
                             state.get('weight_norm', 'buffer'))
         for k in STATE_SCALARS: setattr(loaded, k, state[k])
         loaded._stale_dropped = int(state.get('stale_dropped', 0))   # 0 for a state saved before the count existed
@@ -466,7 +467,7 @@ class Priorities:
         loaded._some_out = not np.all(active)
         loaded.writes[keys], loaded.sampled_at[keys] = state['writes'].numpy(), state['sampled_at'].numpy()
         loaded.relay(keys)
-        loaded.tree.load_state_dict(state.get('kind_state', {}), keys)
+        loaded.kind.load_state_dict(state.get('kind_state', {}), keys)
         self.__dict__.update(loaded.__dict__)
 
 # %% ../nbs/04b_priorities.ipynb #ea5cfe14
@@ -510,7 +511,7 @@ class PriorityKnobs:
     eps = _knob('eps', "Added to every |TD error|.")
     weight_norm = _knob('weight_norm', "What the importance weights are divided by: 'batch' or 'buffer'.")
     max_priority = _knob('max_priority', "The largest raw priority |td| + eps seen; new items enter with it.")
-    tree = _knob('tree', "The kind's leaves (a `PriorityKind`), made from the raw priorities.")
+    kind = _knob('kind', "The kind (a `PriorityKind`) holding the leaves, made from the raw priorities.")
     stale_dropped = _knob('stale_dropped',
                           "How many priority updates were dropped because their item was replaced since it was drawn.")
 

@@ -87,7 +87,7 @@ def td3(env_id:str='Pendulum-v1', # a gymnasium env with a Box action space
     rb = (PrioritizedReplayBuffer(max_sz=env_steps, bs=bs, alpha=alpha, beta=beta, seed=seed,
                                   prioritization=prioritization) if prioritized
           else ReplayBuffer(max_sz=env_steps, bs=bs, seed=seed))
-    huber = prioritized and rb.tree.huber   # the kind is made for a Huber loss (LAP)
+    huber = prioritized and rb.kind.huber   # the kind is made for a Huber loss (LAP)
     rng, curve = np.random.default_rng(seed), []
     obs, _ = env.reset(seed=seed)
     env.action_space.seed(seed)

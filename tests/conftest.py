@@ -44,7 +44,7 @@ def assert_state_equal(a, b):
 def snapshot(obj):
     "The state and the tree leaves (None for a uniform buffer) of a buffer or of a pipe around one."
     buf = getattr(obj, 'buffer', obj)
-    return buf.state_dict(), (buf.tree[:] if hasattr(buf, 'tree') else None)
+    return buf.state_dict(), (buf.kind[:] if hasattr(buf, 'kind') else None)
 
 
 def assert_unchanged(before, obj):
@@ -52,7 +52,7 @@ def assert_unchanged(before, obj):
     state, leaves = before
     buf = getattr(obj, 'buffer', obj)
     assert_state_equal(state, buf.state_dict())
-    if leaves is not None: assert np.array_equal(leaves, buf.tree[:]), f"tree leaves changed: {leaves} -> {buf.tree[:]}"
+    if leaves is not None: assert np.array_equal(leaves, buf.kind[:]), f"tree leaves changed: {leaves} -> {buf.kind[:]}"
 
 
 def assert_refused_unchanged(build, action, contains):

@@ -91,7 +91,7 @@ def core_histories(draw):
 def assert_same_core(dev, host):
     assert np.array_equal(dev.raw.numpy(), host.raw)
     assert np.array_equal(dev.writes.numpy(), host.writes) and np.array_equal(dev.sampled_at.numpy(), host.sampled_at)
-    assert np.array_equal(dev.tree.leaves.numpy(), host.tree[:])
+    assert np.array_equal(dev.kind.leaves.numpy(), host.kind[:])
     assert (dev.max_priority, dev.stale_dropped, dev.beta) == (host.max_priority, host.stale_dropped, host.beta)
 
 
@@ -135,7 +135,7 @@ def test_at_the_default_alpha_the_draws_match_and_the_leaves_agree_to_the_last_b
         td = rng.normal(size=64) * 10
         host.update(keys, td), dev.update(dkeys, torch.from_numpy(td))
     assert np.array_equal(dev.raw.numpy(), host.raw)
-    assert np.allclose(dev.tree.leaves.numpy(), host.tree[:], rtol=4e-16, atol=0)
+    assert np.allclose(dev.kind.leaves.numpy(), host.kind[:], rtol=4e-16, atol=0)
 
 
 @pytest.mark.parametrize('weight_norm', ['batch', 'buffer'])
@@ -144,8 +144,8 @@ def test_the_weights_are_the_host_formula(weight_norm):
     dev.add(0, 8)
     dev.update(torch.arange(8), torch.tensor([1., 2., 3., 4., 5., 6., 7., 8.]) - 1e-6)   # priorities 1..8
     keys, weights = dev.draw_given(torch.full((4,), 0.5, dtype=torch.float64))
-    least = dev.tree.leaves[keys].min() if weight_norm == 'batch' else 1.
-    assert torch.allclose(weights.double(), (dev.tree.leaves[keys] / least) ** -0.5)
+    least = dev.kind.leaves[keys].min() if weight_norm == 'batch' else 1.
+    assert torch.allclose(weights.double(), (dev.kind.leaves[keys] / least) ** -0.5)
     assert weights.max() <= 1
 
 

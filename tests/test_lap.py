@@ -28,15 +28,15 @@ def lap_buffer(n, max_sz=16, seed=0, **kwargs):
 
 def test_lap_defaults_and_leaves_floored_at_one():
     buf = lap_buffer(10, max_sz=10)
-    assert (buf.alpha, buf.prioritizer.prioritization, buf.tree.huber, buf.tree.shardable) == (0.4, 'lap', True, False)
+    assert (buf.alpha, buf.prioritizer.prioritization, buf.kind.huber, buf.kind.shardable) == (0.4, 'lap', True, False)
     td = np.array([0., 1e-3, 0.5, 0.999, 1., 2., 10., 100., -50., -0.2])
     buf.update_priorities(np.arange(10), td)
     expect = np.maximum(np.abs(td) + 1e-6, 1.) ** 0.4
-    np.testing.assert_allclose(buf.tree[:], expect, rtol=1e-14)
-    assert (buf.tree[:] >= 1.).all() and buf.tree[:5].tolist() == [1.] * 4 + [pytest.approx(1.000001 ** 0.4)]
+    np.testing.assert_allclose(buf.kind[:], expect, rtol=1e-14)
+    assert (buf.kind[:] >= 1.).all() and buf.kind[:5].tolist() == [1.] * 4 + [pytest.approx(1.000001 ** 0.4)]
     assert buf.priorities[0] == pytest.approx(1e-6)   # the raw priority is kept: alpha or the kind could change
     buf.set_alpha(1.)
-    np.testing.assert_allclose(buf.tree[:], np.maximum(np.abs(td) + 1e-6, 1.), rtol=1e-14)
+    np.testing.assert_allclose(buf.kind[:], np.maximum(np.abs(td) + 1e-6, 1.), rtol=1e-14)
 
 
 @pytest.mark.parametrize('weight_norm', ['batch', 'buffer'])
@@ -65,12 +65,12 @@ def test_lap_new_steps_enter_at_max_priority_and_the_state_round_trips(tmp_path)
     batch = buf.sample(4)
     buf.update_priorities(batch.idxs, torch.full((4,), 9.))
     new = buf.add(SimpleStep.from_steps(steps(2, start=8)))
-    assert buf.max_priority == pytest.approx(9. + 1e-6) and buf.tree[new].tolist() == [pytest.approx(9. ** 0.4)] * 2
+    assert buf.max_priority == pytest.approx(9. + 1e-6) and buf.kind[new].tolist() == [pytest.approx(9. ** 0.4)] * 2
     buf.save(tmp_path / 'lap.pt')
     other = PrioritizedReplayBuffer(max_sz=16, prioritization='lap')
     other.load(tmp_path / 'lap.pt')
     assert_state_equal(other.state_dict(), buf.state_dict())
-    np.testing.assert_array_equal(other.tree[:], buf.tree[:])
+    np.testing.assert_array_equal(other.kind[:], buf.kind[:])
     assert torch.equal(other.sample(8).idxs, buf.sample(8).idxs)   # the sampler's state came along
     with pytest.raises(ValueError, match="'lap'.*'proportional'"):
         PrioritizedReplayBuffer(max_sz=16).load(tmp_path / 'lap.pt')
@@ -84,7 +84,7 @@ def test_lap_on_the_pipe_and_the_sequence_buffer():
     seq = PrioritizedSequenceReplay(capacity=100, seed=0, prioritization='lap')
     for k in range(3): seq.add(Episode(steps(5 + k, start=10 * k)))
     seq.update_priorities([0, 1, 2], [0.1, 4., 40.])
-    np.testing.assert_allclose(seq.tree[seq._slots(seq.ids)], [1., 4.000001 ** 0.4, 40.000001 ** 0.4], rtol=1e-12)
+    np.testing.assert_allclose(seq.kind[seq._slots(seq.ids)], [1., 4.000001 ** 0.4, 40.000001 ** 0.4], rtol=1e-12)
     assert torch.equal(seq.sample_prioritized(6, 2).weights, torch.ones(6))
 
 
@@ -93,7 +93,7 @@ def test_learner_takes_lap_and_names_it_in_its_config():
     assert (learner.config['prioritization'], learner.config['alpha']) == ('lap', 0.4)
     learner.fit(300)
     buf = learner.replay.buffer
-    assert buf.prioritizer.prioritization == 'lap' and (buf.tree[:len(buf)] >= 1.).all()
+    assert buf.prioritizer.prioritization == 'lap' and (buf.kind[:len(buf)] >= 1.).all()
     assert learner.core.updates > 0
     with pytest.raises(ValueError, match="'lap'.*per"): Learner(replay='uniform', prioritization='lap')
 
@@ -159,7 +159,7 @@ def test_a_user_kind_keeps_its_state_and_the_stale_rule():
     assert buf.prioritizer.stale_dropped == int((batch.idxs == 2).sum())   # the core's rule, for any kind
     other = PrioritizedReplayBuffer(max_sz=4, prioritization=Recency)
     other.load_state_dict(buf.state_dict())
-    assert other.tree.stamp.tolist() == buf.tree.stamp.tolist() and other.tree.clock == buf.tree.clock == 5   # 4 + 1 items entered
+    assert other.kind.stamp.tolist() == buf.kind.stamp.tolist() and other.kind.clock == buf.kind.clock == 5   # 4 + 1 items entered
     assert torch.equal(other.sample(16).idxs, buf.sample(16).idxs)
 
 
@@ -167,7 +167,7 @@ def test_a_user_kind_on_the_sequence_buffer_moves_with_its_slots():
     seq = PrioritizedSequenceReplay(capacity=10_000, seed=0, prioritization=partial(Recency, decay=0.9))
     for k in range(40): seq.add(Episode(steps(3, start=10 * k)))   # the episode slots grow: the core is moved
     assert seq.prioritizer.prioritization == 'recency' and len(seq.ids) == 40
-    assert sorted(seq.tree.stamp[seq._slots(seq.ids)].tolist()) == list(range(40))   # the stamps moved along
+    assert sorted(seq.kind.stamp[seq._slots(seq.ids)].tolist()) == list(range(40))   # the stamps moved along
     mean = seq.sample_prioritized(4000, 1).indices.float().mean()
     assert 29 < mean < 31, mean   # episode i drawn in proportion to 0.9 ** (39 - i): a mean id of 30.0
     loaded = PrioritizedSequenceReplay(capacity=10_000, prioritization=partial(Recency, decay=0.9))

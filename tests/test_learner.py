@@ -165,7 +165,7 @@ def test_priorities_after_one_update_are_td_before_the_step():
     np.testing.assert_array_equal(prios[untouched], before[untouched])
     assert per.max_priority == pytest.approx(max(1.0, max(expected.values())))
     # the tree holds priority ** alpha of every slot
-    np.testing.assert_allclose(per.buffer.tree[np.arange(n)], prios[:n] ** per.alpha, rtol=1e-9)
+    np.testing.assert_allclose(per.buffer.kind[np.arange(n)], prios[:n] ** per.alpha, rtol=1e-9)
     # the feedback is what the loss stage computed before the optimiser step
     np.testing.assert_allclose(ts.td_errors.abs().numpy() + 1e-3, hand_priorities(ts.batch, online0, target0, 0.9, 1e-3), rtol=1e-5)
 
@@ -195,7 +195,7 @@ def test_priority_feedback_last_write_wins():
     ts = TrainStep(batch, td_errors=torch.tensor([-5.0, 0.25, -0.5]))
     assert list(PriorityFeedback(Inject(per, [ts]))) == [ts]
     np.testing.assert_allclose(per.buffer.priorities[:4], [1.0, 0.5 + 1e-2, 0.25 + 1e-2, 1.0])
-    np.testing.assert_allclose(per.buffer.tree[np.arange(4)], per.buffer.priorities[:4] ** per.alpha)
+    np.testing.assert_allclose(per.buffer.kind[np.arange(4)], per.buffer.priorities[:4] ** per.alpha)
 
 
 def test_max_priority_ignores_overwritten_repeats():

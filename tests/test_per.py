@@ -191,8 +191,8 @@ def test_new_steps_enter_at_raised_max_priority():
     slots = buf.add(steps(3, 100))
     assert slots.tolist() == [4, 5, 6]
     assert (buf.priorities[4:7] == 7.5 + EPS).all()
-    np.testing.assert_allclose(buf.tree[4:7], (7.5 + EPS) ** 0.5, rtol=1e-14)
-    assert buf.tree[7] == 0 and buf.priorities[7] == 0  # never written
+    np.testing.assert_allclose(buf.kind[4:7], (7.5 + EPS) ** 0.5, rtol=1e-14)
+    assert buf.kind[7] == 0 and buf.priorities[7] == 0  # never written
 
 
 # ---------------------------------------------------------------- update_priorities
@@ -208,9 +208,9 @@ def test_update_priorities_stores_magnitude_plus_eps(kind):
     expect = np.ones(8)
     expect[[6, 1, 3]] = np.array([0.25, 4.0, 0.0]) + 1e-3
     np.testing.assert_array_equal(buf.priorities, expect)
-    np.testing.assert_allclose(buf.tree[:], expect ** 0.7, rtol=1e-14)
+    np.testing.assert_allclose(buf.kind[:], expect ** 0.7, rtol=1e-14)
     assert buf.max_priority == 4.0 + 1e-3
-    assert buf.tree.total == pytest.approx((expect ** 0.7).sum(), rel=1e-12)
+    assert buf.kind.total == pytest.approx((expect ** 0.7).sum(), rel=1e-12)
 
 
 def test_update_priorities_last_repeat_wins_and_others_untouched():
@@ -221,7 +221,7 @@ def test_update_priorities_last_repeat_wins_and_others_untouched():
     expect = before.copy()
     expect[2], expect[5] = 0.7 + EPS, 2.5 + EPS
     np.testing.assert_array_equal(buf.priorities, expect)
-    np.testing.assert_allclose(buf.tree[:], expect ** 0.6, rtol=1e-14)
+    np.testing.assert_allclose(buf.kind[:], expect ** 0.6, rtol=1e-14)
     # the raw stored priorities are what the sampler uses
     counts = np.bincount(np.concatenate([buf.sample(400).idxs.numpy() for _ in range(10)]), minlength=8)
     probs = expect ** 0.6 / (expect ** 0.6).sum()
@@ -265,7 +265,7 @@ def test_pipe_forwards_priority_interface():
     assert er.buffer.beta == 0.75
     er.alpha = 1.0
     assert er.buffer.alpha == 1.0
-    np.testing.assert_allclose(er.buffer.tree[:6], er.buffer.priorities[:6], rtol=1e-14)
+    np.testing.assert_allclose(er.buffer.kind[:6], er.buffer.priorities[:6], rtol=1e-14)
 
 
 # ---------------------------------------------------------------- stale feedback
@@ -281,7 +281,7 @@ def test_stale_update_dropped_only_for_overwritten_slots():
     assert buf.priorities[:3].tolist() == [1.0] * 3  # new occupants keep max_priority
     np.testing.assert_array_equal(buf.priorities[3:], np.array([0.3, 0.4, 0.5, 0.6, 0.7]) + EPS)
     assert buf.max_priority == 1.0  # the dropped errors did not raise it either
-    np.testing.assert_allclose(buf.tree[:], buf.priorities ** 0.6, rtol=1e-14)
+    np.testing.assert_allclose(buf.kind[:], buf.priorities ** 0.6, rtol=1e-14)
     # once the new occupant has been sampled, its own update applies
     while 0 not in (b := buf.sample(4)).idxs.tolist(): pass
     buf.update_priorities([0], [2.])
@@ -331,12 +331,12 @@ def test_set_alpha_relays_tree():
         buf.set_alpha(alpha)
         assert buf.alpha == alpha
         np.testing.assert_array_equal(buf.priorities, raw)  # raw priorities survive any alpha
-        np.testing.assert_array_equal(buf.tree[:6], raw[:6] ** alpha)
-        assert buf.tree[6:].tolist() == [0., 0.]  # unwritten slots stay out of the tree
-        assert buf.tree.total == pytest.approx((raw[:6] ** alpha).sum(), rel=1e-12)
+        np.testing.assert_array_equal(buf.kind[:6], raw[:6] ** alpha)
+        assert buf.kind[6:].tolist() == [0., 0.]  # unwritten slots stay out of the tree
+        assert buf.kind.total == pytest.approx((raw[:6] ** alpha).sum(), rel=1e-12)
     buf.set_alpha(0.0)
     new = buf.add(make_step(99))
-    assert buf.tree[int(new[0])] == 1.0 and buf.priorities[int(new[0])] == buf.max_priority == 11. + EPS
+    assert buf.kind[int(new[0])] == 1.0 and buf.priorities[int(new[0])] == buf.max_priority == 11. + EPS
 
 
 # ---------------------------------------------------------------- batch add
@@ -368,7 +368,7 @@ def test_batch_add_wraps_like_experience_replay(as_batch, first, second):
     written = np.zeros(max_sz, bool)
     written[expect_slots] = True
     assert (per.buffer.priorities[written] == top).all()
-    np.testing.assert_allclose(per.buffer.tree[:][written], top ** 0.5, rtol=1e-14)
+    np.testing.assert_allclose(per.buffer.kind[:][written], top ** 0.5, rtol=1e-14)
     np.testing.assert_array_equal(per.buffer.priorities[~written], before[~written])
     n_added = first + second
     assert _tracker(per) == (min(n_added, max_sz), (n_added - 1) % max_sz + 1, (n_added - 1) // max_sz, min(n_added, max_sz))
@@ -407,7 +407,7 @@ def test_save_load_round_trip(tmp_path):
         assert_state_equal(a.state_dict(), other.state_dict())
         assert (other.alpha, other.beta, other.beta0, other.eps, other.max_priority, other.bs) == \
                (a.alpha, a.beta, a.beta0, a.eps, a.max_priority, a.bs)
-        np.testing.assert_allclose(other.tree[:], a.tree[:], rtol=1e-14)
+        np.testing.assert_allclose(other.kind[:], a.kind[:], rtol=1e-14)
         assert list(other.memory) == list(a.memory)
     rng = np.random.default_rng(1)
     for step in range(6):
@@ -442,7 +442,7 @@ def test_empty_per_round_trip(tmp_path):
     a.save(tmp_path / 'empty.pt')
     b = per_buffer(3, max_sz=5)
     b.load(tmp_path / 'empty.pt')
-    assert len(b) == 0 and b.tree.total == 0 and b.alpha == 0.3
+    assert len(b) == 0 and b.kind.total == 0 and b.alpha == 0.3
     with pytest.raises(ValueError, match='empty'):
         b.sample()
 

@@ -82,8 +82,8 @@ def test_draw_frequencies_match_the_segments_chi_square():
     core = Priorities(40, prioritization='rank')
     core.add(0, 40)
     core.update(np.arange(40), np.arange(40.) + 1)     # key 39 ranks first
-    core.tree.sort()
-    starts, widths = core.tree.segments(40, 4, core.alpha)
+    core.kind.sort()
+    starts, widths = core.kind.segments(40, 4, core.alpha)
     rng, counts = np.random.default_rng(0), np.zeros(40)
     for _ in range(20_000): np.add.at(counts, core.draw(rng, 4)[0], 1)
     p = np.repeat(1 / (4 * widths), widths)           # by position; position j holds key 39 - j
@@ -96,10 +96,10 @@ def test_one_draw_per_segment_and_weights_from_widths():
     core = Priorities(1000, prioritization='rank', beta=0.5)
     core.add(0, 1000)
     core.update(np.arange(1000), np.arange(1000.))
-    core.tree.sort()
-    starts, widths = core.tree.segments(1000, 32, core.alpha)
+    core.kind.sort()
+    starts, widths = core.kind.segments(1000, 32, core.alpha)
     keys, weights = core.draw(np.random.default_rng(1), 32)
-    at = core.tree.pos[keys]
+    at = core.kind.pos[keys]
     assert ((at >= starts) & (at < starts + widths)).all()
     np.testing.assert_allclose(weights, (widths / widths.max()) ** 0.5, rtol=1e-6)
     assert weights.max() <= 1 and weights.dtype == np.float32
@@ -112,7 +112,7 @@ def test_the_same_seed_draws_the_same_keys_and_alpha_zero_is_uniform():
     core = Priorities(50, alpha=0., prioritization='rank')
     core.add(0, 50)
     core.update(np.arange(50), np.arange(50.))
-    assert (core.tree.segments(50, 5, 0.)[1] == 10).all()   # equal widths: every rank equally likely
+    assert (core.kind.segments(50, 5, 0.)[1] == 10).all()   # equal widths: every rank equally likely
 
 
 def test_new_step_enters_at_max_priority_and_ranks_first():
@@ -120,7 +120,7 @@ def test_new_step_enters_at_max_priority_and_ranks_first():
     buf.update_priorities(np.arange(8), TD8)
     buf.add(steps(1, start=8)[0])
     assert buf.priorities[8] == buf.max_priority
-    assert buf.prioritizer.tree.heap[0] == 8          # the new step rises above the largest stored priority
+    assert buf.prioritizer.kind.heap[0] == 8          # the new step rises above the largest stored priority
 
 
 # ---------------------------------------------------------------- feedback, stale rule, state
@@ -134,9 +134,9 @@ def test_update_reorders_and_only_the_drawn_occupant_takes_it():
     idxs = batch.idxs.numpy()
     assert sorted(idxs.tolist()) == [0, 1, 2, 3] and buf.stale_dropped == 1 and buf.priorities[0] == 1.
     np.testing.assert_allclose(buf.priorities[idxs[idxs != 0]], td[idxs != 0] + 1e-6)
-    assert is_heap(buf.prioritizer.tree)
+    assert is_heap(buf.prioritizer.kind)
     buf.add(steps(1, start=5)[0])                     # slot 1: a new occupant enters at the largest priority, first
-    assert buf.priorities[1] == buf.max_priority == pytest.approx(td[idxs != 0].max() + 1e-6) and buf.prioritizer.tree.heap[0] == 1
+    assert buf.priorities[1] == buf.max_priority == pytest.approx(td[idxs != 0].max() + 1e-6) and buf.prioritizer.kind.heap[0] == 1
 
 
 def test_state_round_trip_and_resume_draws_the_same_distribution(tmp_path):
@@ -149,7 +149,7 @@ def test_state_round_trip_and_resume_draws_the_same_distribution(tmp_path):
     other = PrioritizedReplayBuffer(max_sz=8, seed=5, prioritization='rank')
     other.load(tmp_path / 'rank.pt')
     assert_state_equal(state, other.state_dict())
-    assert (np.diff(other.tree.value[other.tree.heap[:8]]) <= 0).all()   # restored sorted: exact ranks
+    assert (np.diff(other.kind.value[other.kind.heap[:8]]) <= 0).all()   # restored sorted: exact ranks
     again = PrioritizedReplayBuffer(max_sz=8, seed=7, prioritization='rank')
     again.load(tmp_path / 'rank.pt')
     assert torch.equal(other.sample(4).idxs, again.sample(4).idxs)        # the sampler's state travels
@@ -178,7 +178,7 @@ def test_learner_trains_with_rank():
     buf = learner.replay.buffer
     assert buf.prioritizer.prioritization == 'rank' and (buf.alpha, buf.beta0) == (0.7, 0.5)
     assert len(rows) and np.isfinite([r['loss'] for r in rows if r.get('loss') is not None]).all()
-    assert is_heap(buf.prioritizer.tree) and buf.prioritizer.tree.size == len(buf)
+    assert is_heap(buf.prioritizer.kind) and buf.prioritizer.kind.size == len(buf)
 
 
 # ---------------------------------------------------------------- bad input
@@ -234,6 +234,6 @@ def test_empty_heap_draw_says_so():
 def test_segments_are_an_option_of_the_rank_kind_alone():
     with pytest.raises(TypeError, match='segments'): Priorities(8, prioritization=partial(Proportional, segments=4))
     core = Priorities(100, prioritization=partial(RankHeap, segments=4))
-    assert core.tree.n_segments == 4 and core.prioritization == 'rank' and (core.alpha, core.beta) == (0.7, 0.5)
+    assert core.kind.n_segments == 4 and core.prioritization == 'rank' and (core.alpha, core.beta) == (0.7, 0.5)
     assert kind_class(partial(RankHeap, segments=4)) is RankHeap
-    assert core.moved(200, np.arange(0), np.arange(0)).tree.n_segments == 4   # a grown core keeps the option
+    assert core.moved(200, np.arange(0), np.arange(0)).kind.n_segments == 4   # a grown core keeps the option

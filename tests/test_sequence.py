@@ -204,7 +204,7 @@ def test_huge_priority_is_rejected_so_the_total_stays_finite():
     assert_state_equal(buf.state_dict(), before)
     buf.update_priorities([0], [1e299])                        # at the ceiling's scale: accepted ...
     for i in range(2, 12): buf.add(make_episode(3, episode_n=i))   # ... and new episodes entering at it keep the total finite
-    assert np.isfinite(buf.tree.total) and buf.tree.total > 1e300
+    assert np.isfinite(buf.kind.total) and buf.kind.total > 1e300
     assert len(buf.sample_prioritized(4, 2)) == 4
 
 
@@ -289,7 +289,7 @@ def test_list_model_of_fifo_eviction_and_priorities():
         if model:
             assert (buf.longest, buf.shortest) == (max(m[1] for m in model), min(m[1] for m in model))
             eligible = [m[2] ** 0.7 for m in model if m[1] >= buf.tree_length]
-            assert buf.tree.total == pytest.approx(sum(eligible))
+            assert buf.kind.total == pytest.approx(sum(eligible))
     assert buf.n_slots > 2                           # it grew
     for m in model: assert buf.episode(m[0]) == make_episode(m[1], episode_n=m[0])
 
@@ -298,7 +298,7 @@ def test_add_and_update_touch_few_tree_leaves():
     "No O(n) re-lay per add or update: each tree write covers the new episode, the evicted ones or the updated ids."
     buf = PrioritizedSequenceReplay(500, seed=0)
     for i in range(200): buf.add(make_episode(2, episode_n=i))
-    tree, sizes = buf.tree, []
+    tree, sizes = buf.kind, []
     for name in ('update_unchecked', 'set_range_unchecked'):   # every way a kind's leaf is written (its protocol)
         def counted(idxs, values, write=getattr(tree, name)): sizes.append(len(np.atleast_1d(values))); write(idxs, values)
         setattr(tree, name, counted)
@@ -306,7 +306,7 @@ def test_add_and_update_touch_few_tree_leaves():
     buf.update_priorities(buf.ids[-3:], [1., 2., 3.])
     batch = buf.sample_prioritized(4, 2)                                # same length as the tree's: no re-lay
     assert len(sizes) >= 400 and max(sizes) <= 3, (len(sizes), max(sizes))
-    assert buf.tree is tree                                             # the tree was not replaced
+    assert buf.kind is tree                                             # the tree was not replaced
     assert len(batch) == 4
 
 
@@ -386,7 +386,7 @@ def test_alpha_zero_is_uniform_over_eligible_episodes():
     buf.alpha = 0
     counts = np.bincount(buf.sample_prioritized(4000, 2).indices.numpy(), minlength=4)
     assert chi_square(counts, np.full(4, 0.25)) < 16.27          # df 3
-    assert buf.tree.total == pytest.approx(4.0)
+    assert buf.kind.total == pytest.approx(4.0)
 
 
 # ---------------------------------------------------------------- chunk contents

@@ -64,18 +64,18 @@ def test_batched_bookkeeping_is_invisible(cls, max_sz, hook_every, history):
         n += k if op in ('single', 'batch', 'list') else 0
         assert len(staged) == len(direct) == min(n, max_sz)
     assert_state_equal(staged.state_dict(), direct.state_dict())
-    if cls is PrioritizedReplayBuffer: assert np.array_equal(staged.tree[:], direct.tree[:])
+    if cls is PrioritizedReplayBuffer: assert np.array_equal(staged.kind[:], direct.kind[:])
 
 
 def test_bookkeeping_runs_at_the_limit_and_before_reads():
     buf = PrioritizedReplayBuffer(max_sz=10, seed=0)
     buf.hook_every = 4
     for i in range(3): buf.add(make_step(i))
-    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._core.tree.total) == (3, 3, 3, 0.)
+    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._core.kind.total) == (3, 3, 3, 0.)
     buf.add(make_step(3))
-    assert (buf._unhooked, buf._core.tree.total) == (0, 4.)   # four leaves at max_priority 1
+    assert (buf._unhooked, buf._core.kind.total) == (0, 4.)   # four leaves at max_priority 1
     buf.add(make_step(4))
-    assert buf.tree.total == 5. and buf._unhooked == 0   # reading the tree caught it up
+    assert buf.kind.total == 5. and buf._unhooked == 0   # reading the tree caught it up
 
 
 @pytest.mark.parametrize('bad,contains', [

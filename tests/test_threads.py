@@ -55,9 +55,9 @@ def assert_tree_is_rebuild(core):
     "The tree's leaves and total equal those of a tree built afresh from the raw priorities of the keys in the draw."
     fresh = SumTree(core.capacity)
     fresh.update(np.arange(core.capacity), np.where(core.active, core.raw ** core.alpha, 0.))
-    np.testing.assert_array_equal(core.tree[:], fresh[:])
-    assert core.tree.total == pytest.approx(fresh.total, rel=1e-9)
-    assert core.tree.min == fresh.min
+    np.testing.assert_array_equal(core.kind[:], fresh[:])
+    assert core.kind.total == pytest.approx(fresh.total, rel=1e-9)
+    assert core.kind.min == fresh.min
 
 
 @pytest.mark.parametrize('pipe', [False, True])
