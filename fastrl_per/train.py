@@ -107,7 +107,7 @@ def open_resumed(resume, out, model, config, check=None) -> tuple:
         if tuple(header) != METRIC_COLUMNS:
             raise RunRefused(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
                              "start a new run with out=")
-        if learner.config['total_steps'] <= learner.episodes.env_steps:
+        if learner.config.total_steps <= learner.episodes.env_steps:
             raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.env_steps} steps; "
                              "ask for more with `total_steps`")
         if check: check(learner)
@@ -153,11 +153,11 @@ def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_di
     env.close()
     return returns
 
-def check_eval_seed(eval_seed:int, episodes:int, config:dict):
+def check_eval_seed(eval_seed:int, episodes:int, config):
     ("A `BadValue` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, "
      "`seed` to `seed + total_steps`.")
     check_int('eval_seed', eval_seed, low=0)
-    seed, total = config['seed'], config['total_steps']
+    seed, total = config.seed, config.total_steps
     if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
         raise BadValue(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
                          f"({seed} to {seed + total}); choose one outside them")
@@ -165,7 +165,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
 def evaluate_greedily(learner:RunLearner, episodes:int, seed:int) -> float:
     ("Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and "
      "carried state stay as they are.")
-    return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
+    return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config.env_id, episodes, seed)))
 
 # %% ../nbs/07d_train.ipynb #3eab2c1e
 class BestNetwork:
@@ -207,7 +207,7 @@ class TrainLoop:
         self.updates, self.threshold, self.solved_by = updates, threshold, solved_by
         self.solved = None   # how the run reached the threshold: `by`, `step`, the score(s) that decided it
         self.eval_every = eval_every
-        self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
+        self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config.total_steps
         # the env step of the last checkpoint; of the last progress line
         self.saved = self.shown = learner.episodes.env_steps
         self.n_returns = episode_rows(run_dir)   # the episodes already on the board (and in metrics.csv)
@@ -406,9 +406,9 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
         if learner.replay_nbytes is not None:
             manifest['replay_bytes'] = learner.replay_nbytes
-            if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
+            if progress: sys.stdout.write(f"replay buffer: {learner.config.max_sz:,} transitions, "
                                           f"{size_text(learner.replay_nbytes)} once full\n")
-        loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
+        loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
                          eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
                          solved_by)
         loop.run(progress, resumed=resume is not None)
@@ -442,7 +442,7 @@ def evaluate(run_dir:str, # a run directory written by train
     except (RuntimeError, KeyError, TypeError) as e:
         raise ValueError(f"the network of {str(Path(run_dir) / source)!r} and the run's config do not fit: {e}") from e
     video_dir = Path(run_dir) / 'videos' if video else None
-    returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
+    returns = greedy_returns(learner.agent, learner.config.env_id, episodes, seed, video_dir)
     summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "
                f"(min {min(returns):.0f}, max {max(returns):.0f}); network: {network}")
     if not video: return summary
