@@ -22,6 +22,7 @@ from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_m
                                clear_unstarted, hold_run_dir, is_run, unstarted)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, build_learner, resume_learner
+from .learner import torch_threads
 
 # %% auto #0
 __all__ = ['SOLVED_BY', 'RunInterrupted', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed', 'open_run',
@@ -395,24 +396,24 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('confirm_episodes', confirm_episodes, low=0)
     if solved_by not in SOLVED_BY: raise ValueError(f"solved_by={solved_by!r} is not one of {list(SOLVED_BY)}")
     require_cli_extra()
-    torch.set_num_threads(threads)
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
         learner.start()   # Ape-X's Ray and actors, before any file: a failed start writes none
-    learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
-    with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
-        manifest = start_manifest(learner, previous)
-        if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
-        if learner.replay_nbytes is not None:
-            manifest['replay_bytes'] = learner.replay_nbytes
-            if progress: sys.stdout.write(f"replay buffer: {learner.config.max_sz:,} transitions, "
-                                          f"{size_text(learner.replay_nbytes)} once full\n")
-        loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
-                         eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
-                         solved_by)
-        loop.run(progress, resumed=resume is not None)
-        return loop.summary()
+    with torch_threads(threads):   # and torch's own setting again after, as `fit` gives it back
+        learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
+        with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
+            manifest = start_manifest(learner, previous)
+            if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
+            if learner.replay_nbytes is not None:
+                manifest['replay_bytes'] = learner.replay_nbytes
+                if progress: sys.stdout.write(f"replay buffer: {learner.config.max_sz:,} transitions, "
+                                              f"{size_text(learner.replay_nbytes)} once full\n")
+            loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
+                             eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
+                             solved_by)
+            loop.run(progress, resumed=resume is not None)
+            return loop.summary()
 
 # %% ../nbs/07d_train.ipynb #d8aeddcc
 def check_video_extra():
