@@ -552,4 +552,6 @@ def configured(cls, config, settings:dict):
     if isinstance(config, cls):
         if settings: raise TypeError(f"give a {cls.__name__} or its settings, not both: got {sorted(settings)} too")
         return config
-    return cls(**settings) if config is None else cls(env_id=config, **settings)
+    if config is None: return cls(**settings)
+    if not isinstance(config, str): raise TypeError(f"config must be a {cls.__name__} or an env id, got {config!r}")
+    return cls(env_id=config, **settings)
