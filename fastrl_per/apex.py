@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 import os, uuid
 from pathlib import Path
-from typing import Literal   # the hints ApexRun takes from dqn_args (weight_norm) name it
+from dataclasses import dataclass, fields
 import numpy as np
 import torch
 import torch.nn as nn
-from fastcore.meta import delegates
 from .core import SimpleStep
 from .pipes import UnbatchSteps
 from .nstep import NStepTransitions, check_gamma
@@ -19,19 +18,19 @@ from .envs import GymStepper
 from .per import PrioritizedReplayBuffer
 from .checks import feedback_arrays
 from .priorities import annealed_beta, check_weight_norm, EPS
-from .priorities import KINDS, PRIORITIZATION, kind_class, kind_settings
+from .priorities import KINDS, PRIORITIZATION, kind_class
 from .collect import PolicyCopy, Publish
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
-from .dqn import dqn_args, learner_config
+from .dqn import MLPConfig, configured
 from .state import Stateful, check_keys
-from .learner import CHECKPOINT_VERSION, RUN_PLACED, torch_threads
+from .learner import CHECKPOINT_VERSION, torch_threads
 from .store import SavedArrays, load_arrays
 from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['APEX_BS', 'DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardable', 'ReplayServer', 'require_ray', 'ray_get',
            'where', 'ReplayLost', 'asks_token', 'ray_init', 'ApexActor', 'shard_capacity', 'shard_counts',
-           'join_shards', 'ReplayClient', 'check_apex_args', 'ApexRun', 'Batches']
+           'join_shards', 'ReplayClient', 'ApexDeployment', 'ApexConfig', 'ApexRun', 'Batches']
 
 # %% ../nbs/13_apex.ipynb #7d0d4a80
 def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
@@ -314,79 +313,88 @@ class ReplayClient:
         return [self.get(k, ref) for k, ref in [(k, s.state_dict.remote()) for k, s in enumerate(self.servers)]]
 
 # %% ../nbs/13_apex.ipynb #e4ade73c
-DEPLOYMENT = ('address', 'num_cpus', 'actor_cpus', 'replay_cpus', 'replay_node')   # where a run runs: not in its config
+@dataclass(frozen=True)
+class ApexDeployment:
+    ("Where an Ape-X run runs, which may change between its legs: flags of the command, not its config (a checkpoint "
+     "written on a laptop resumes on a cluster).")
+    # the Ray cluster to join (default: $RAY_ADDRESS; 'auto': this machine's); none: a Ray of its own
+    address:str|None=None
+    # CPUs of the Ray it starts (default: enough for its actors, at least the machine's)
+    num_cpus:float|None=None
+    actor_cpus:float=1. # CPUs each actor asks Ray for (fractions share a core)
+    replay_cpus:float=0. # CPUs each replay shard asks Ray for
+    replay_node:str|None=None # Ray node id of the replay shards (default: the learner's node)
 
-def check_apex_args(a:dict):
-    "A `ValueError` naming the first of `ApexRun`'s arguments `a` (by name) that is out of its range."
-    for k in ('total_steps', 'bs', 'max_sz', 'publish_every', 'chunk', 'hidden', 'n_step', 'nenvs', 'eps_decay_steps',
-              'batches_per_call'): check_int(k, a[k])
-    check_int('max_restarts', a['max_restarts'], low=0); check_number('replay_ratio', a['replay_ratio'], low_ok=False)
-    check_number('timeout', a['timeout'], low_ok=False); check_gamma(a['gamma']); check_weight_norm(a['weight_norm'])
-    check_number('actor_cpus', a['actor_cpus'], low_ok=False); check_number('replay_cpus', a['replay_cpus'])
-    if a['num_cpus'] is not None: check_number('num_cpus', a['num_cpus'], low_ok=False)
-    for name in ('eps_start', 'eps_end'):
-        if check_number(name, a[name]) > 1:
-            raise ValueError(f"exploration rate {name} must be in [0, 1], got {a[name]!r}")
+    def __post_init__(self):
+        "A `ValueError` naming the first CPU count out of its range."
+        check_number('actor_cpus', self.actor_cpus, low_ok=False); check_number('replay_cpus', self.replay_cpus)
+        if self.num_cpus is not None: check_number('num_cpus', self.num_cpus, low_ok=False)
+
+DEPLOYMENT = tuple(f.name for f in fields(ApexDeployment))   # where a run runs: not in its config
+
+@dataclass(frozen=True)
+class ApexConfig(MLPConfig):
+    ("`ApexRun`'s settings: those of the learners on the MLP Q-network (`MLPConfig`), some with defaults of its own, "
+     "and its own; each checked when the config is made.")
+    bs:int=APEX_BS
+    # a kind Ape-X can split over its replay shards (`shardable`): a name in `KINDS` or a class
+    prioritization:str|type=PRIORITIZATION
+    tau:float=0.02
+    eps_decay_steps:int=5_000 # env steps (all actors' together) of linear epsilon decay
+    eps_end:float=0.01 # a single actor's exploration after the decay
+    publish_every:int=50 # updates between weight publications
+    actors:int=2 # env-stepping actors
+    # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
+    eps_base:float=0.4
+    chunk:int=50 # transitions an actor pushes per call
+    replay_ratio:float=1. # at most this many updates per env step
+    # batches the learner fetches from the replay per call (their priorities go back in one call too)
+    batches_per_call:int=16
+    replay_shards:int=1 # replay actors, each holding its part of the buffer
+    max_restarts:int=3 # times Ray restarts a dead actor
+    timeout:float=60. # seconds any Ray call may take
+
+    def __post_init__(self):
+        "A `ValueError` naming the first setting `ApexRun` does not take."
+        shardable(self.prioritization)
+        super().__post_init__()
+        check_int('chunk', self.chunk); check_int('batches_per_call', self.batches_per_call)
+        check_int('max_restarts', self.max_restarts, low=0)
+        check_number('replay_ratio', self.replay_ratio, low_ok=False)
+        check_number('timeout', self.timeout, low_ok=False)
+        for name, rate in (('eps_start', self.eps_start), ('eps_end', self.eps_end)):
+            if check_number(name, rate) > 1:
+                raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
 
 class ApexRun(Stateful):
     """Ape-X: the learner in this process; `actors` `ApexActor`s and `replay_shards` `ReplayServer`s, Ray actors while
     it runs."""
     replay_nbytes = None   # what a run reads of a learner (`RunLearner`): the shards' size is not known here
-    @delegates(dqn_args, but=['replay_storage'])   # its shards save in their own directories (`ReplayServer`)
+    configs = (ApexConfig, ApexDeployment)   # the dataclasses of the settings it takes by keyword: the command's flags
     def __init__(self,
-                 # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
-                 env_id:str='CartPole-v1',
-                 *, # the rest by keyword: a position would silently mean another argument
-                 actors:int=2, # env-stepping actors
-                 total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
-                 bs:int=APEX_BS, # batch size
-                 lr:float=5e-4, # Adam learning rate
-                 alpha:float|None=None, # prioritization exponent; none: the kind's default
-                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
-                 # a kind Ape-X can split over its replay shards (`shardable`): a name in `KINDS` or a class
-                 prioritization:str|type=PRIORITIZATION,
-                 tau:float=0.02, # soft target update rate per update
-                 eps_end:float=0.01, # a single actor's exploration after the decay
-                 eps_decay_steps:int=5_000, # env steps (all actors' together) of linear epsilon decay
-                 # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
-                 eps_base:float=0.4,
-                 nenvs:int=1, # env copies per actor
-                 publish_every:int=50, # updates between weight publications
-                 chunk:int=50, # transitions an actor pushes per call
-                 replay_ratio:float=1., # at most this many updates per env step
-                 # batches the learner fetches from the replay per call (their priorities go back in one call too)
-                 batches_per_call:int=16,
-                 replay_shards:int=1, # replay actors, each holding its part of the buffer
-                 max_restarts:int=3, # times Ray restarts a dead actor
-                 timeout:float=60., # seconds any Ray call may take
-                 # the Ray cluster to join (default: $RAY_ADDRESS; 'auto': this machine's); none: a Ray of its own
-                 address:str|None=None,
-                 # CPUs of the Ray it starts (default: enough for its actors, at least the machine's)
-                 num_cpus:float|None=None,
-                 actor_cpus:float=1., # CPUs each actor asks Ray for (fractions share a core)
-                 replay_cpus:float=0., # CPUs each replay shard asks Ray for
-                 replay_node:str|None=None, # Ray node id of the replay shards (default: the learner's node)
+                 config:ApexConfig|str|None=None, # its settings; or an env id, the other settings by keyword
+                 *, # the rest by keyword
+                 # where it runs; none: made of the `ApexDeployment` fields among `settings`
+                 deployment:ApexDeployment|None=None,
                  # where the shards save their buffers (replay_dir/shard_k, on each shard's node); none: in the state
                  replay_dir:str|None=None,
-                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
-        args = learner_config(ApexRun.__init__, locals())
-        args.update(kind_settings(shardable(prioritization), alpha, beta))   # the config names the values it uses
-        self.config = {k: v for k, v in args.items() if k not in (*DEPLOYMENT, *RUN_PLACED)}
-        self.deployment = {k: args[k] for k in DEPLOYMENT}
+                 **settings): # `ApexConfig`'s fields (and `ApexDeployment`'s), when `config` is not one
+        where = {k: settings.pop(k) for k in DEPLOYMENT if k in settings}
+        self.config = c = configured(ApexConfig, config, settings)
+        self.deployment = configured(ApexDeployment, deployment, where)
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
         self.shards_saved = None   # the id of the shards' last save in `replay_dir`
-        check_apex_args(args)
-        self.capacity = shard_capacity(args['max_sz'], replay_shards)
-        self.epsilons = apex_epsilons(actors, eps_base) if actors > 1 else [eps_end]
-        self.decay = max(1, eps_decay_steps // actors)   # each actor's share of the decay
+        self.capacity = shard_capacity(c.max_sz, c.replay_shards)
+        self.epsilons = apex_epsilons(c.actors, c.eps_base) if c.actors > 1 else [c.eps_end]
+        self.decay = max(1, c.eps_decay_steps // c.actors)   # each actor's share of the decay
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
-        self.kind = prioritization   # what the shards are made with (the config names it)
-        self.replay = ReplayClient(args['beta'], timeout, self.capacity, replay_shards, args['weight_norm'])
+        self.kind = c.prioritization   # what the shards are made with (the config names it)
+        self.replay = ReplayClient(c.beta, c.timeout, self.capacity, c.replay_shards, c.weight_norm)
         self.replay_state = [s.state_dict() for s in self.new_shards()]   # the buffer while no replay actor holds it
-        self.shard_rng = np.random.default_rng(args['seed'])   # which shard each sampled transition comes from
-        self.actor_steps, self.restarts, self.version, self.goal = [0] * actors, [0] * actors, 0, 0
+        self.shard_rng = np.random.default_rng(c.seed)   # which shard each sampled transition comes from
+        self.actor_steps, self.restarts, self.version, self.goal = [0] * c.actors, [0] * c.actors, 0, 0
         self.actors, self.calls, self.idle, self.pids, self.ray, self.placement = [], {}, [], [], None, {}
         self.assemble()
 
@@ -394,26 +402,26 @@ class ApexRun(Stateful):
         ("The Q-network (seeded with `seed`), its target copy, the optimiser and the agent, which follows the least "
          "exploring actor's schedule: the metrics' exploration.")
         c = self.config
-        obs_dim, n_actions = discrete_env_dims(c['env_id'])
-        torch.manual_seed(c['seed'])
-        self.core = DQNCore(QNetwork(obs_dim, n_actions, c['hidden'], layer_norm=c['layer_norm']), c['lr'])
-        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c['eps_start'], self.epsilons[-1],
-                                                   self.decay, seed=c['seed'])
+        obs_dim, n_actions = discrete_env_dims(c.env_id)
+        torch.manual_seed(c.seed)
+        self.core = DQNCore(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
+        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.eps_start, self.epsilons[-1],
+                                                   self.decay, seed=c.seed)
 
     def assemble(self):
         ("`pipe`: the single-process learner's DQN update after batches from the replay actors, publishing the "
          "weights every `publish_every` updates.")
         c = self.config
-        updates = max(1, round(c['total_steps'] * c['replay_ratio']))
-        self.pipe = self.core.train(self.core.losses(Batches(self), c['gamma'], c['double']), self.explorer,
-                                    self.replay, c['max_grad_norm'], tau=c['tau'], updates=updates)
-        self.pipe = Publish(self.pipe, self, self.model, every=c['publish_every'])
+        updates = max(1, round(c.total_steps * c.replay_ratio))
+        self.pipe = self.core.train(self.core.losses(Batches(self), c.gamma, c.double), self.explorer,
+                                    self.replay, c.max_grad_norm, tau=c.tau, updates=updates)
+        self.pipe = Publish(self.pipe, self, self.model, every=c.publish_every)
 
     def new_shards(self) -> list[ReplayServer]:
         "The run's empty replay shards, in this process: shard k seeded with seed + k."
         c = self.config
-        return [ReplayServer(self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k,
-                             self.kind) for k in range(c['replay_shards'])]
+        return [ReplayServer(self.capacity, min(c.bs, self.capacity), c.alpha, c.beta, c.eps, c.seed + k,
+                             self.kind) for k in range(c.replay_shards)]
 
     @property
     def updates(self) -> int:
@@ -438,10 +446,10 @@ class ApexRun(Stateful):
         if self.running: return self
         ray, c, d = require_ray(), self.config, self.deployment
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        demand = len(self.epsilons) * d['actor_cpus'] + c['replay_shards'] * d['replay_cpus']
-        self.ray = ray_init(d['address'], d['num_cpus'] or max(os.cpu_count() or 1, math.ceil(demand)))
+        demand = len(self.epsilons) * d.actor_cpus + c.replay_shards * d.replay_cpus
+        self.ray = ray_init(d.address, d.num_cpus or max(os.cpu_count() or 1, math.ceil(demand)))
         here = ray.get_runtime_context().get_node_id()
-        try: self.place(ray, NodeAffinitySchedulingStrategy(d['replay_node'] or here, soft=False))
+        try: self.place(ray, NodeAffinitySchedulingStrategy(d.replay_node or here, soft=False))
         except BaseException:
             self.end(ray)
             raise
@@ -452,30 +460,30 @@ class ApexRun(Stateful):
         """Start the replay shards with strategy `beside`, load the run's buffer into them, then the actors; wait until
         all run."""
         c, d, n = self.config, self.deployment, len(self.epsilons)
-        servers = [ray.remote(ReplayServer).options(num_cpus=d['replay_cpus'], scheduling_strategy=beside).remote(
-            self.capacity, min(c['bs'], self.capacity), c['alpha'], c['beta'], c['eps'], c['seed'] + k, self.kind)
-                   for k in range(c['replay_shards'])]
+        servers = [ray.remote(ReplayServer).options(num_cpus=d.replay_cpus, scheduling_strategy=beside).remote(
+            self.capacity, min(c.bs, self.capacity), c.alpha, c.beta, c.eps, c.seed + k, self.kind)
+                   for k in range(c.replay_shards)]
         self.replay.connect(servers)
         for k, s in enumerate(servers):   # the run's buffer: states held here, or saves in the shards' directories
             load = s.load.remote(str(self.shard_dirs()[k])) if self.replay_state is None else \
                 s.load_state_dict.remote(self.replay_state[k])
             self.replay.get(k, load)
-        actor_class = ray.remote(ApexActor).options(num_cpus=d['actor_cpus'], scheduling_strategy='SPREAD',
-                                                    max_restarts=c['max_restarts'],
+        actor_class = ray.remote(ApexActor).options(num_cpus=d.actor_cpus, scheduling_strategy='SPREAD',
+                                                    max_restarts=c.max_restarts,
                                                     max_task_retries=-1,   # a call cut short by a death runs again
                                                     runtime_env=dict(env_vars=dict(OMP_NUM_THREADS='1')))
         turn = lambda i: servers[i % len(servers):] + servers[:i % len(servers)]   # actor i pushes to shard i first
-        base = c['seed'] + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
-        self.actors = [actor_class.remote(c['env_id'], turn(i), e, base + 1_000 * (i + 1),
-                                          c['nenvs'], c['n_step'], c['gamma'], c['hidden'], c['layer_norm'],
-                                          self.timeout, c['eps_start'], self.decay, self.actor_steps[i])
+        base = c.seed + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
+        self.actors = [actor_class.remote(c.env_id, turn(i), e, base + 1_000 * (i + 1),
+                                          c.nenvs, c.n_step, c.gamma, c.hidden, c.layer_norm,
+                                          self.timeout, c.eps_start, self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]
         done, _ = ray.wait(refs, num_returns=n, timeout=self.timeout)
         if len(done) < n:
             free, cpus = ray.available_resources().get('CPU', 0), ray.cluster_resources().get('CPU', 0)
             raise TimeoutError(f"{n - len(done)} of {n} actors did not start within {self.timeout:g} s: each asks for "
-                               f"{d['actor_cpus']:g} CPU (`actor_cpus`) and Ray has {free:g} of {cpus:g} free")
+                               f"{d.actor_cpus:g} CPU (`actor_cpus`) and Ray has {free:g} of {cpus:g} free")
         actors = [dict(a, restarts=r) for a, r in zip(ray.get(refs), self.restarts)]
         self.counted = list(self.restarts)   # Ray counts each start's actors afresh
         shards = self.replay.locate()
@@ -523,7 +531,7 @@ class ApexRun(Stateful):
         return self
 
     @property
-    def timeout(self) -> float: return self.config['timeout']
+    def timeout(self) -> float: return self.config.timeout
 
     def publish(self, weights:dict, version:int):
         "Put `weights` in Ray's object store as `version`; actors take them at their next call."
@@ -532,8 +540,8 @@ class ApexRun(Stateful):
     def ahead(self) -> bool:
         "Whether the actors are more than a few calls ahead of what `replay_ratio` asks for the updates done."
         # enough to fill the first batch and keep every actor busy
-        slack = self.config['bs'] + 2 * len(self.actors) * self.config['chunk']
-        return self.episodes.env_steps > self.updates / self.config['replay_ratio'] + slack
+        slack = self.config.bs + 2 * len(self.actors) * self.config.chunk
+        return self.episodes.env_steps > self.updates / self.config.replay_ratio + slack
 
     def harvest(self, wait:bool):
         "Count the finished actor calls (waiting for one if `wait`); they go idle. A new process: restarted, where."
@@ -562,12 +570,12 @@ class ApexRun(Stateful):
         """Sampled batches while the actors have not reached `goal` env steps, paced by `replay_ratio`;
         `batches_per_call` come per call."""
         calls, idle, ready, sample, c = self.calls, self.idle, [], None, self.config
-        fetch = lambda: self.replay.draws(c['batches_per_call'], c['bs'], self.shard_rng)
+        fetch = lambda: self.replay.draws(c.batches_per_call, c.bs, self.shard_rng)
         while self.episodes.env_steps < self.goal:
             while idle and not self.ahead():   # idle actors go on while the learner keeps up
                 i = idle.pop()
-                calls[self.actors[i].collect.remote(self.weights, self.version, c['chunk'])] = i
-            can_learn = self.updates < c['replay_ratio'] * self.episodes.env_steps
+                calls[self.actors[i].collect.remote(self.weights, self.version, c.chunk)] = i
+            can_learn = self.updates < c.replay_ratio * self.episodes.env_steps
             self.harvest(wait=not can_learn and bool(calls))
             if not can_learn: continue
             if not ready:
@@ -630,7 +638,7 @@ class ApexRun(Stateful):
 
     def shard_dirs(self) -> list[Path]:
         "The directory of each shard's saves, `replay_dir/shard_k` (on the shard's node, which reaches it so)."
-        return [self.replay_dir / f'shard_{k}' for k in range(self.config['replay_shards'])]
+        return [self.replay_dir / f'shard_{k}' for k in range(self.config.replay_shards)]
 
     def save_replay(self, save_id:str) -> str:
         ("Each running shard saves its buffer in its directory as `save_id`, in its Ray actor, all at once (after the "
@@ -652,7 +660,7 @@ class ApexRun(Stateful):
         saved = self.replay_dir is not None and (replay_save is not None if self.running else self.replay_state is None)
         if saved and not self.running: replay_save = self.shards_saved
         replay = None if saved else self.replay.state_dicts() if self.running else self.replay_state
-        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
+        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
                     **self.core.state_dict(), replay=replay, replay_save=replay_save if saved else None,
                     agent=self.agent.state_dict(),
                     **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
@@ -670,15 +678,15 @@ class ApexRun(Stateful):
                                          'returns', 'updates', 'actor_steps', 'weights_version', 'torch_rng'})
         config = {k: v for k, v in state['config'].items() if k not in DEPLOYMENT}   # older checkpoints kept num_cpus
         config.setdefault('replay_shards', 1)   # older checkpoints: one replay actor
-        if config != self.config:
-            diff = {k: (config.get(k), v) for k, v in self.config.items() if config.get(k) != v}
+        if config != self.config.plain():
+            diff = {k: (config.get(k), v) for k, v in self.config.plain().items() if config.get(k) != v}
             raise ValueError(f"checkpoint config differs from this run's (checkpoint, run): {diff}")
         if len(state['actor_steps']) != len(self.actor_steps):
             raise ValueError(f"checkpoint of {len(state['actor_steps'])} actors, not {len(self.actor_steps)}")
         if state.get('replay_save') is None:   # the buffers inside it (older checkpoints: one)
             replay = [state['replay']] if isinstance(state['replay'], dict) else list(state['replay'])
-            if len(replay) != self.config['replay_shards']:
-                raise ValueError(f"checkpoint of {len(replay)} replay shards, not {self.config['replay_shards']}")
+            if len(replay) != self.config.replay_shards:
+                raise ValueError(f"checkpoint of {len(replay)} replay shards, not {self.config.replay_shards}")
             for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
         else: replay = self.check_shard_saves()
         episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))

@@ -8,10 +8,11 @@ import argparse, difflib, inspect, re, sys, textwrap, typing, warnings
 from fastcore.docments import docments
 from . import __version__
 from .train import train, evaluate, RunInterrupted
+from dataclasses import fields
 from .factories import learner_classes
 from .priorities import KINDS
 from .atari import ID_DEFAULTS
-from .learner import RUN_PLACED
+from .dqn import field_docs
 from .checks import BadValue
 
 # %% auto #0
@@ -103,18 +104,17 @@ def function_flags(group, func, names=None):
 
 # %% ../nbs/08_cli.ipynb #ae6b8a10
 def learner_arguments() -> dict:
-    ("Every argument of the registered learners' `__init__` (`LEARNERS`; of Ape-X's, its own): its type, its comment "
-     "and its default in each model that takes it.")
+    ("Every setting of the registered learners (`LEARNERS`: the fields of each one's `configs`; of Ape-X's, its own): "
+     "its type, its comment and its default in each model that takes it.")
     arguments, own = {}, set(inspect.signature(train).parameters)   # train's own flags (--actors) are not a learner's
     for model, cls in learner_classes(models=False).items():
-        hints, docs = typing.get_type_hints(cls.__init__), docments(cls.__init__)
-        for name, p in inspect.signature(cls.__init__).parameters.items():
-            skip = name == 'self' or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or name in own
-            if skip or name in RUN_PLACED: continue   # train's flags; what the run gives (its replay's directory)
-            # a learner a flag chooses (Ape-X: --actors) adds only flags of its own
-            if model.startswith('--') and name in arguments: continue
-            arg = arguments.setdefault(name, dict(hint=hints.get(name, str), doc=docs.get(name) or '', defaults={}))
-            arg['defaults'][model] = p.default
+        for config in cls.configs:
+            hints, docs = typing.get_type_hints(config), field_docs(config)
+            for f in fields(config):
+                # a learner a flag chooses (Ape-X: --actors) adds only flags of its own
+                if f.name in own or (model.startswith('--') and f.name in arguments): continue
+                arg = arguments.setdefault(f.name, dict(hint=hints[f.name], doc=docs.get(f.name, ''), defaults={}))
+                arg['defaults'][model] = f.default
     return arguments
 
 def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:

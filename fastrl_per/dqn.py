@@ -5,8 +5,8 @@
 # %% ../nbs/05c_dqn.ipynb #85095dbe
 from __future__ import annotations
 from copy import deepcopy
-from dataclasses import dataclass
-import inspect
+import ast, inspect, textwrap, tokenize
+from dataclasses import dataclass, asdict
 from typing import Literal
 import numpy as np
 import torch
@@ -22,16 +22,16 @@ from .envs import check_env_id
 from .atari import make_env
 from .memory import ExperienceReplay
 from .per import PrioritizedExperienceReplay
-from .priorities import EPS, WEIGHT_NORM
+from .priorities import EPS, WEIGHT_NORM, PRIORITIZATION, check_weight_norm, kind_class, kind_settings
 from .checks import check_int, check_number, BadValue
-from .nstep import nstep_discount
+from .nstep import nstep_discount, check_gamma
 
 # %% auto #0
 __all__ = ['DuelingHead', 'mlp', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch',
            'OnlineQ', 'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
            'checked_steps', 'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
            'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore',
-           'check_torch_rng', 'dqn_args', 'learner_config']
+           'check_torch_rng', 'field_docs', 'RunConfig', 'MLPConfig', 'configured']
 
 # %% ../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -477,28 +477,81 @@ def check_torch_rng(rng):
         raise ValueError(f"checkpoint torch_rng must be a uint8 tensor of shape {tuple(torch.get_rng_state().shape)}")
 
 # %% ../nbs/05c_dqn.ipynb #ea303f0e
-def dqn_args(seed:int=0, # seeds the network, envs, exploration and sampling
-             max_sz:int=50_000, # replay capacity in transitions
-             gamma:float=0.99, # discount
-             eps:float=EPS, # added to |TD error|
-             weight_norm:Literal['batch', 'buffer']=WEIGHT_NORM, # weights over the batch's or the buffer's largest
-             double:bool=True, # double DQN targets
-             eps_start:float=1.0, # exploration at the start
-             eps_end:float=0.01, # exploration after the decay
-             hidden:int=128, # hidden units of the Q-network
-             max_grad_norm:float|None=10., # clip the gradient norm (None: never)
-             n_step:int=3, # rewards summed per transition (n-step returns); 1 is plain DQN
-             layer_norm:bool=True, # LayerNorm in each hidden layer of the MLP (none in the Atari net)
-             replay_storage:Literal['memory', 'disk']='memory'): # 'disk': the replay in mapped files in RUN/replay
-    ("The arguments whose meaning and default are the same in every learner that takes them, written once: "
-     "a learner's `__init__` takes them with `@delegates(dqn_args)` and reads them with `learner_config`.")
+def field_docs(cls) -> dict[str, str]:
+    ("The comment each field of the dataclass `cls` is declared with (on its line, else on the comment lines just "
+     "above it); a field a subclass declares again without one keeps its base class's.")
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if '__dataclass_fields__' not in vars(klass): continue
+        lines = inspect.getsourcelines(klass)[0]
+        comments = {t.start[0]: t.string.lstrip('#').strip()
+                    for t in tokenize.generate_tokens(iter(lines).__next__) if t.type == tokenize.COMMENT}
+        for node in ast.parse(textwrap.dedent(''.join(lines))).body[0].body:
+            if not isinstance(node, ast.AnnAssign): continue
+            above, k = [], node.lineno - 1
+            while k in comments and lines[k - 1].lstrip().startswith('#'): above, k = [comments[k], *above], k - 1
+            doc = comments.get(node.end_lineno) or ' '.join(above)
+            if doc: docs[node.target.id] = doc
+    return docs
 
-def learner_config(init, given:dict) -> dict:
-    ("The arguments of a learner's `init` (`@delegates(dqn_args)`) by name, in its signature's order: its own from "
-     "`given` (its locals), the shared ones from `given['kwargs']` or their defaults; a `TypeError` for a keyword "
-     "it does not take.")
-    params = list(inspect.signature(init).parameters.values())[1:]   # after self
-    kwargs = given['kwargs']
-    unknown = sorted(kwargs.keys() - {p.name for p in params})
-    if unknown: raise TypeError(f"{init.__qualname__}() got an unexpected keyword argument {unknown[0]!r}")
-    return {p.name: given[p.name] if p.name in given else kwargs.get(p.name, p.default) for p in params}
+@dataclass(frozen=True)
+class RunConfig:
+    "The settings every learner takes, each written once with its meaning and default; checked when made."
+    # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
+    env_id:str='CartPole-v1'
+    total_steps:int=30_000 # env steps of the run: beta anneals to 1 over them
+    bs:int=128 # batch size
+    lr:float=5e-4 # Adam learning rate
+    alpha:float|None=None # prioritization exponent; none: the kind's default
+    beta:float|None=None # importance-sampling exponent at the start; none: the kind's default
+    # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
+    prioritization:str|type=PRIORITIZATION
+    tau:float|None=0.01 # soft target update rate per update
+    eps_decay_steps:int=5_000 # env steps of linear epsilon decay
+    seed:int=0 # seeds the network, envs, exploration and sampling
+    max_sz:int=50_000 # replay capacity in transitions
+    gamma:float=0.99 # discount
+    eps:float=EPS # added to |TD error|
+    weight_norm:Literal['batch', 'buffer']=WEIGHT_NORM # weights over the batch's or the buffer's largest
+    eps_start:float=1.0 # exploration at the start
+    eps_end:float=0.01 # exploration after the decay
+    max_grad_norm:float|None=10. # clip the gradient norm (None: never)
+    n_step:int=3 # rewards summed per transition (n-step returns); 1 is plain DQN
+
+    def __post_init__(self):
+        "A `ValueError` naming the first setting out of its range; `alpha` and `beta` None become the kind's."
+        check_weight_norm(self.weight_norm)
+        check_int('total_steps', self.total_steps); check_int('n_step', self.n_step)
+        check_int('max_sz', self.max_sz); check_int('bs', self.bs); check_int('eps_decay_steps', self.eps_decay_steps)
+        check_gamma(self.gamma)
+        # a negative norm would flip the gradients
+        if self.max_grad_norm is not None: check_number('max_grad_norm', self.max_grad_norm, low_ok=False)
+        kind = kind_settings(self.prioritization, self.alpha, self.beta)   # the config names the values it uses
+        object.__setattr__(self, 'alpha', kind['alpha']); object.__setattr__(self, 'beta', kind['beta'])
+
+    def plain(self) -> dict:
+        "The settings as plain data, by name in declaration order, the kind by its name: what checkpoints keep."
+        return dict(asdict(self), prioritization=kind_class(self.prioritization).name)
+
+@dataclass(frozen=True)
+class MLPConfig(RunConfig):
+    "The settings of the learners on the MLP Q-network (`Learner` and Ape-X) besides `RunConfig`'s."
+    double:bool=True # double DQN targets
+    hidden:int=128 # hidden units of the Q-network
+    layer_norm:bool=True # LayerNorm in each hidden layer of the MLP (none in the Atari net)
+    nenvs:int=1 # sub-envs stepped together
+    publish_every:int=50 # updates between the network's weights reaching the collector's worker
+
+    def __post_init__(self):
+        check_int('publish_every', self.publish_every); check_int('nenvs', self.nenvs); check_int('hidden', self.hidden)
+        super().__post_init__()
+
+def configured(cls, config, settings:dict):
+    ("The config of class `cls` a learner is built with: `config` itself if it is one (then no `settings`), else "
+     "`cls(**settings)` with `config` as its `env_id` if given (`Learner('CartPole-v1', bs=64)`).")
+    if isinstance(config, cls):
+        if settings: raise TypeError(f"give a {cls.__name__} or its settings, not both: got {sorted(settings)} too")
+        return config
+    if config is None: return cls(**settings)
+    if not isinstance(config, str): raise TypeError(f"config must be a {cls.__name__} or an env id, got {config!r}")
+    return cls(env_id=config, **settings)

@@ -5,6 +5,7 @@
 # %% ../nbs/07c_factories.ipynb #7ac94883
 from __future__ import annotations
 import inspect
+from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
 import gymnasium as gym
@@ -18,8 +19,8 @@ from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
 from .checks import check_int, BadValue
 
 # %% auto #0
-__all__ = ['BOX2D_EXTRA', 'LEARNERS', 'check_env_dependencies', 'learner_classes', 'placed', 'build_learner', 'restore_learner',
-           'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
+__all__ = ['BOX2D_EXTRA', 'LEARNERS', 'check_env_dependencies', 'learner_classes', 'settings_fields', 'placed', 'build_learner',
+           'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
 
 # %% ../nbs/07c_factories.ipynb #96b5e691
 BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
@@ -36,15 +37,20 @@ def check_env_dependencies(env_id):
 
 # %% ../nbs/07c_factories.ipynb #41235744
 # every learner a run can use (a `RunLearner`), registered here and nowhere else: by its `model` name, or for Ape-X
-# by '--actors', the flag that chooses it (`train`'s `actors`, with the mlp model). Their signatures make the flags.
+# by '--actors', the flag that chooses it (`train`'s `actors`, with the mlp model). Their configs make the flags.
 LEARNERS = MappingProxyType({'mlp': Learner, 'recurrent': RecurrentLearner, '--actors': ApexRun})
 
 def learner_classes(models:bool=True) -> dict:
     "The registered learners (`LEARNERS`) that a `model` name chooses; `models=False`: all of them, by their keys."
     return {k: cls for k, cls in LEARNERS.items() if not (models and k.startswith('--'))}
 
+def settings_fields(cls) -> dict:
+    ("The settings learner class `cls` takes by keyword, by name: the fields (`dataclasses.Field`, with their "
+     "defaults) of the dataclasses it lists as `configs`.")
+    return {f.name: f for config in cls.configs for f in fields(config)}
+
 def placed(cls, replay_dir) -> dict:
-    "What a run gives a learner of class `cls` besides its config (`RUN_PLACED`): `replay_dir`, if it takes one."
+    "What a run gives a learner of class `cls` besides its settings: `replay_dir`, if it takes one (not a setting)."
     takes = replay_dir is not None and 'replay_dir' in inspect.signature(cls).parameters
     return dict(replay_dir=Path(replay_dir)) if takes else {}
 
@@ -75,7 +81,7 @@ def new_learner(model:str,
         raise BadValue(f"model must be one of {sorted(learner_classes())}, got {model!r}")
     if config.get('actors'): cls, kind = apex_class(model), '`actors`'
     else: cls, kind = learner_classes()[model], f'model={model!r}'
-    params = inspect.signature(cls).parameters
+    params = settings_fields(cls)
     foreign = [f'`{k}`' for k in config if k not in params]
     if foreign: raise BadValue(f"{', '.join(foreign)} does not apply to {kind}")
     env_id = config.get('env_id', params['env_id'].default)

@@ -11,17 +11,17 @@ import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data.datapipes.iter import IterableWrapper
-from fastcore.meta import delegates
+from dataclasses import dataclass
 from .pipes import UnbatchSteps
 from .envs import GymStepper, StepBudget, Budgeted
 from .memory import ReplayBuffer, ExperienceReplay, RingStorage
 from .store import SavedArrays
 from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .priorities import kind_settings, check_weight_norm, PRIORITIZATION
+from .priorities import PRIORITIZATION
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
-from .dqn import dqn_args, learner_config
+from .dqn import MLPConfig, configured
 from .state import Stateful
-from .checks import check_int, check_number
+from .checks import check_int
 from .nstep import NStepTransitions
 from .core import SimpleStep
 from .memory import step_columns, packed_dtype
@@ -32,8 +32,8 @@ from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'RUN_PLACED', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'check_learner_args',
-           'observations', 'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations', 'q_network',
+           'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -55,25 +55,37 @@ def physical_memory() -> int:
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 CHECKPOINT_VERSION = 6
-RUN_PLACED = ('replay_dir',)   # what a run directory gives its learner (where its files go): not config, not a flag
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector',
                    'replay_save'}
 
-def check_learner_args(c:dict):
-    "Raise a `ValueError` naming the first of the `Learner` arguments in `c` (its config) that it does not take."
-    if c['replay'] not in ('per', 'uniform'):
-        raise ValueError(f"replay must be 'per' or 'uniform', got {c['replay']!r}")
-    if c['replay'] == 'uniform' and c['prioritization'] != PRIORITIZATION:
-        raise ValueError(f"prioritization={c['prioritization']!r} needs replay='per'")
-    check_weight_norm(c['weight_norm'])
-    if c['replay_storage'] not in ('memory', 'disk'):
-        raise ValueError(f"replay_storage must be 'memory' or 'disk', got {c['replay_storage']!r}")
-    if c['collector'] not in (None, 'process', 'thread'):
-        raise ValueError(f"collector must be 'process' or 'thread', got {c['collector']!r}")
-    for name in ('publish_every', 'total_steps', 'n_step', 'nenvs', 'max_sz', 'bs'): check_int(name, c[name])
-    # a negative norm would flip the gradients
-    if c['max_grad_norm'] is not None: check_number('max_grad_norm', c['max_grad_norm'], low_ok=False)
+@dataclass(frozen=True)
+class DQNConfig(MLPConfig):
+    "`Learner`'s settings: those it shares (`MLPConfig`) and its own; each checked when the config is made."
+    replay:Literal['per', 'uniform']='per' # prioritized or uniform
+    # learning rate reached linearly by the last planned step (None: constant)
+    lr_end:float|None=None
+    target_every:int|None=None # hard target updates every this many updates (replaces tau)
+    dueling:bool=False # a value + advantage head on the Q-network
+    train_every:int=1 # env steps between rounds of updates
+    gradient_steps:int=1 # updates each round
+    warmup:int|None=None # transitions stored before the first update; none: bs
+    device:str='auto' # 'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'
+    # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
+    collector:Literal['process', 'thread']|None=None
+    replay_storage:Literal['memory', 'disk']='memory' # 'disk': the replay in mapped files in RUN/replay
+
+    def __post_init__(self):
+        "A `ValueError` naming the first setting `Learner` does not take."
+        if self.replay not in ('per', 'uniform'):
+            raise ValueError(f"replay must be 'per' or 'uniform', got {self.replay!r}")
+        if self.replay == 'uniform' and self.prioritization != PRIORITIZATION:
+            raise ValueError(f"prioritization={self.prioritization!r} needs replay='per'")
+        if self.replay_storage not in ('memory', 'disk'):
+            raise ValueError(f"replay_storage must be 'memory' or 'disk', got {self.replay_storage!r}")
+        if self.collector not in (None, 'process', 'thread'):
+            raise ValueError(f"collector must be 'process' or 'thread', got {self.collector!r}")
+        super().__post_init__()
 
 def observations(env_id:str, collector:str|None) -> tuple:
     ("`(obs, n_actions, grid, frames, one_hot)` of `env_id`: its observation shape (a size, a frame stack's or a "
@@ -123,67 +135,42 @@ class Learner(Stateful):
     # what a run reads of a learner (`RunLearner`) that this one lacks: the bytes of a replay it does not size (a
     # `RecurrentLearner`'s), where workers outside this process run (none do)
     replay_nbytes = placement = None
+    configs = (DQNConfig,)   # the dataclasses of the settings it takes by keyword: the command's flags
 
-    @delegates(dqn_args)
     def __init__(self,
-                 # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
-                 env_id:str='CartPole-v1',
-                 *, # the rest by keyword: a position would silently mean another argument
-                 replay:Literal['per', 'uniform']='per', # prioritized or uniform
-                 total_steps:int=30_000, # env steps of the run: beta anneals to 1 over them
-                 bs:int=128, # batch size
-                 lr:float=5e-4, # Adam learning rate
-                 # learning rate reached linearly by the last planned step (None: constant)
-                 lr_end:float|None=None,
-                 alpha:float|None=None, # prioritization exponent; none: the kind's default
-                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
-                 target_every:int|None=None, # hard target updates every this many updates (replaces tau)
-                 tau:float|None=0.01, # soft target update rate per update
-                 eps_decay_steps:int=5_000, # env steps of linear epsilon decay
-                 dueling:bool=False, # a value + advantage head on the Q-network
-                 nenvs:int=1, # sub-envs stepped together
-                 train_every:int=1, # env steps between rounds of updates
-                 gradient_steps:int=1, # updates each round
-                 warmup:int|None=None, # transitions stored before the first update; none: bs
-                 device:str='auto', # 'auto' (CUDA if available), 'cpu', 'cuda' or 'cuda:N'
-                 # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
-                 collector:Literal['process', 'thread']|None=None,
-                 publish_every:int=50, # updates between the network's weights reaching the collector's worker
-                 # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
-                 prioritization:str|type=PRIORITIZATION,
+                 config:DQNConfig|str|None=None, # its settings; or an env id, the other settings by keyword
+                 *, # the rest by keyword
                  # the replay's directory (a run's replay/): its files with replay_storage='disk', where `save_replay`
                  # writes; none: no directory (in memory, inside `state_dict`). Where the run is, not its config
                  replay_dir:str|None=None,
-                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
-        self.config = c = learner_config(Learner.__init__, locals())
-        del c['replay_dir']
-        check_learner_args(c)
-        disk = c['replay_storage'] == 'disk'
+                 **settings): # `DQNConfig`'s fields, when `config` is not one
+        self.config = c = configured(DQNConfig, config, settings)
+        disk = c.replay_storage == 'disk'
         if disk and replay_dir is None:
             raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
-        c.update(kind_settings(prioritization, alpha, beta))   # the run's config names the values it uses
-        obs, n_actions, grid, frames, one_hot = observations(env_id, collector)
-        self.replay_nbytes = self.storage_nbytes(obs, c['max_sz'], frames, one_hot)
-        if not disk: check_fits(self.replay_nbytes, c['max_sz'])   # on disk it may exceed the memory
-        torch.manual_seed(c['seed'])
-        network = q_network(obs, n_actions, grid, frames, c['hidden'], dueling, c['layer_norm'], one_hot)
-        self.core = DQNCore(network, lr, device)
-        agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], eps_decay_steps, seed=c['seed'])
-        steps = self.act(agent, env_id, c['seed'], nenvs, collector)
-        if is_atari(env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the game's score
-        if c['n_step'] > 1:   # open windows carry over between fits
-            steps = self.nstep = NStepTransitions(steps, c['n_step'], c['gamma'], keep_open=True)
-        self.replay = make_replay(steps, replay, frames, c['max_sz'], bs, c['seed'], c['alpha'], c['beta'], c['eps'],
-                                  prioritization, c['weight_norm'], self.replay_dir if disk else None,
-                                  every=train_every, repeats=gradient_steps, warmup=warmup)
-        stored = total_steps - (c['n_step'] - 1) * nenvs   # an n-step window still open at the end has not been stored
-        rounds = (stored - self.replay.warmup) // train_every + 1   # updates start once `warmup` transitions are stored
-        self.pipe = self.core.train(self.core.losses(self.replay, c['gamma'], c['double']), self.explorer, self.replay,
-                                    c['max_grad_norm'], target_every=target_every, tau=None if target_every else tau,
-                                    updates=max(1, rounds * gradient_steps) if replay == 'per' else None)
-        self.anneal_lr(lr, lr_end, total_steps)
-        if collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=publish_every)
+        obs, n_actions, grid, frames, one_hot = observations(c.env_id, c.collector)
+        self.replay_nbytes = self.storage_nbytes(obs, c.max_sz, frames, one_hot)
+        if not disk: check_fits(self.replay_nbytes, c.max_sz)   # on disk it may exceed the memory
+        torch.manual_seed(c.seed)
+        network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
+        self.core = DQNCore(network, c.lr, c.device)
+        agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
+        steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
+        if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
+        if c.n_step > 1:   # open windows carry over between fits
+            steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
+        self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
+                                  c.prioritization, c.weight_norm, self.replay_dir if disk else None,
+                                  every=c.train_every, repeats=c.gradient_steps, warmup=c.warmup)
+        stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
+        rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
+        self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
+                                    c.max_grad_norm, target_every=c.target_every,
+                                    tau=None if c.target_every else c.tau,
+                                    updates=max(1, rounds * c.gradient_steps) if c.replay == 'per' else None)
+        self.anneal_lr(c.lr, c.lr_end, c.total_steps)
+        if c.collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=c.publish_every)
 
     def anneal_lr(self, lr:float, lr_end:float|None, total_steps:int):
         "Move the optimiser's learning rate linearly from `lr` to `lr_end` by env step `total_steps` (None: keep `lr`)."
@@ -281,7 +268,7 @@ class Learner(Stateful):
         envs = self.stepper.state_dict() if saves_envs else None
         if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
         else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
-        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config,
+        return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
                     **self.core.state_dict(), replay=None if replay_save else self.replay.state_dict(),
                     replay_save=replay_save, agent=self.explorer.state_dict(), **self.episodes.state_dict(),
                     torch_rng=torch.get_rng_state(),
@@ -302,8 +289,9 @@ class Learner(Stateful):
         if set(state) != CHECKPOINT_KEYS:
             raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, "
                              f"unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
-        if state['config'] != self.config:
-            diff = {k: (state['config'].get(k), v) for k, v in self.config.items() if state['config'].get(k) != v}
+        config = self.config.plain()
+        if state['config'] != config:
+            diff = {k: (state['config'].get(k), v) for k, v in config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
         checked = dict(state, core=self.core.check_state(state))
         if state['replay_save'] is None: self.replay.check_state(state['replay'])
@@ -340,7 +328,7 @@ class Learner(Stateful):
         if self.collector is not None:   # its worker's envs start fresh episodes
             self.collector.assign(state['collector'])
         elif state['envs'] is None:   # fresh episodes, not a replay of the first ones
-            self.stepper.reseed(self.config['seed'] + state['env_steps'])
+            self.stepper.reseed(self.config.seed + state['env_steps'])
         else: self.stepper.assign(state['envs'])
         torch.set_rng_state(state['torch_rng'])
 

@@ -8,18 +8,19 @@ from typing import Literal
 import torch
 import gymnasium as gym
 from torch.utils.data import IterDataPipe
-from fastcore.meta import delegates
+from dataclasses import dataclass
 from .core import SimpleStep
 from .sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, dqn_args, learner_config
+from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, RunConfig, configured
 from .learner import Learner
-from .priorities import kind_settings, PRIORITIZATION
+from .priorities import PRIORITIZATION
 from .checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'make_acrobot_no_velocity', 'RecurrentEpsilonGreedy',
-           'WithRecurrentState', 'rescale', 'unscale', 'sequence_step', 'SequenceQ', 'RecurrentLearner']
+           'WithRecurrentState', 'rescale', 'unscale', 'sequence_step', 'SequenceQ', 'RecurrentConfig',
+           'RecurrentLearner']
 
 # %% ../nbs/11_recurrent_learner.ipynb #7dfedeb4
 class HideVelocities(gym.ObservationWrapper):
@@ -150,59 +151,63 @@ class SequenceQ(IterDataPipe):
         for batch in self.source_datapipe: yield sequence_step(batch, self.model, self.target_model, **self.args)
 
 # %% ../nbs/11_recurrent_learner.ipynb #b3d0dbb6
+@dataclass(frozen=True)
+class RecurrentConfig(RunConfig):
+    ("`RecurrentLearner`'s settings: those every learner takes (`RunConfig`), some with defaults of its own, and its "
+     "own; each checked when the config is made.")
+    env_id:str='CartPoleNoVelocity-v1'
+    total_steps:int=100_000
+    bs:int=32 # sequences per batch
+    lr:float=1e-3
+    # the episodes' kind: a name in `KINDS` or a `PriorityKind` class; the config records its name
+    prioritization:str|type=PRIORITIZATION
+    tau:float=0.005
+    eps_decay_steps:int=10_000
+    length:int=16 # steps per sequence that are trained on
+    burn_in:int=8 # steps before them that only advance the recurrent state
+    # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
+    recurrent_state:Literal['stored', 'zero']='stored'
+    # learning rate reached linearly by the last planned env step (None: `lr` throughout)
+    lr_end:float|None=1e-4
+    eta:float=0.9 # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
+    value_rescaling:bool=True # regress R2D2's h(return) = sign·(sqrt(|return|+1)-1) + 0.001·return
+    train_every:int=4 # env steps per update
+    warmup:int=1_000 # transitions stored before the first update
+
+    def __post_init__(self):
+        "A `ValueError` naming the first setting `RecurrentLearner` does not take."
+        super().__post_init__()
+        check_int('length', self.length); check_int('burn_in', self.burn_in, low=0); check_number('eta', self.eta)
+        if self.eta > 1: raise ValueError(f"eta must be in [0, 1], got {self.eta!r}")
+        if self.recurrent_state not in ('stored', 'zero'):
+            raise ValueError(f"recurrent_state must be 'stored' or 'zero', got {self.recurrent_state!r}")
+
 class RecurrentLearner(Learner):
     "R2D2-style DQN: a `RecurrentQNetwork` acting with a carried state, trained on stored sequences with a burn-in."
     # its targets are double DQN's, its network its own; its sequence replay stays in memory, inside the checkpoint
-    @delegates(dqn_args, but=['double', 'hidden', 'layer_norm', 'replay_storage'])
+    configs = (RecurrentConfig,)   # the dataclasses of the settings it takes by keyword: the command's flags
     def __init__(self,
-                 # a gymnasium env id with a discrete action space, or 'module.path:EnvId' (the module registers EnvId)
-                 env_id:str='CartPoleNoVelocity-v1',
-                 *, # the rest by keyword: a position would silently mean another argument
-                 total_steps:int=100_000, # env steps of the run: beta anneals to 1 over them
-                 length:int=16, # steps per sequence that are trained on
-                 burn_in:int=8, # steps before them that only advance the recurrent state
-                 # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
-                 recurrent_state:Literal['stored', 'zero']='stored',
-                 bs:int=32, # sequences per batch
-                 lr:float=1e-3, # Adam learning rate
-                 # learning rate reached linearly by the last planned env step (None: `lr` throughout)
-                 lr_end:float|None=1e-4,
-                 alpha:float|None=None, # prioritization exponent; none: the kind's default
-                 beta:float|None=None, # importance-sampling exponent at the start; none: the kind's default
-                 eta:float=0.9, # sequence priority: eta·max|δ| + (1 - eta)·mean|δ|
-                 # the episodes' kind: a name in `KINDS` or a `PriorityKind` class; the config records its name
-                 prioritization:str|type=PRIORITIZATION,
-                 value_rescaling:bool=True, # regress R2D2's h(return) = sign·(sqrt(|return|+1)-1) + 0.001·return
-                 tau:float=0.005, # soft target update rate per update
-                 train_every:int=4, # env steps per update
-                 warmup:int=1_000, # transitions stored before the first update
-                 eps_decay_steps:int=10_000, # env steps of linear epsilon decay
-                 **kwargs): # the arguments every learner shares (`dqn_args`): seed, max_sz, gamma, eps, n_step, ...
-        self.config = c = learner_config(RecurrentLearner.__init__, locals())
-        c.update(kind_settings(prioritization, alpha, beta))   # the run's config names the values it uses
-        check_int('total_steps', total_steps); check_int('length', length); check_int('burn_in', burn_in, low=0)
-        check_int('n_step', c['n_step']); check_number('eta', eta)
-        if eta > 1: raise ValueError(f"eta must be in [0, 1], got {eta!r}")
-        if recurrent_state not in ('stored', 'zero'):
-            raise ValueError(f"recurrent_state must be 'stored' or 'zero', got {recurrent_state!r}")
-        obs_dim, n_actions, one_hot = env_dims(env_id)   # one_hot: Discrete observations, stored as integers
-        torch.manual_seed(c['seed'])
-        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions, one_hot), lr)
-        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c['eps_start'], end=c['eps_end'],
-                                       decay_steps=eps_decay_steps, seed=c['seed'])
-        steps = self.act(agent, env_id, c['seed'])
-        stored = recurrent_state == 'stored'
+                 config:RecurrentConfig|str|None=None, # its settings; or an env id, the other settings by keyword
+                 **settings): # `RecurrentConfig`'s fields, when `config` is not one
+        self.config = c = configured(RecurrentConfig, config, settings)
+        obs_dim, n_actions, one_hot = env_dims(c.env_id)   # one_hot: Discrete observations, stored as integers
+        torch.manual_seed(c.seed)
+        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions, one_hot), c.lr)
+        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c.eps_start, end=c.eps_end,
+                                       decay_steps=c.eps_decay_steps, seed=c.seed)
+        steps = self.act(agent, c.env_id, c.seed)
+        stored = c.recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
-        self.replay = PrioritizedSequenceReplay(capacity=c['max_sz'], alpha=c['alpha'], beta=c['beta'],
-                                                epsilon=c['eps'], seed=c['seed'], prioritization=prioritization,
-                                                weight_norm=c['weight_norm'])
-        self.sequences = SequenceReplayPipe(steps, self.replay, bs=bs, length=length, every=train_every,
-                                            burn_in=burn_in, warmup=warmup)
-        losses = SequenceQ(self.sequences, self.model, self.core.target_model, burn_in, c['n_step'], c['gamma'], eta,
-                           stored, value_rescaling)
-        self.pipe = self.core.train(losses, self.explorer, self.replay, c['max_grad_norm'], tau=tau, per_id=True,
-                                    updates=max(1, (total_steps - warmup) // train_every))
-        self.anneal_lr(lr, lr_end, total_steps)
+        self.replay = PrioritizedSequenceReplay(capacity=c.max_sz, alpha=c.alpha, beta=c.beta, epsilon=c.eps,
+                                                seed=c.seed, prioritization=c.prioritization,
+                                                weight_norm=c.weight_norm)
+        self.sequences = SequenceReplayPipe(steps, self.replay, bs=c.bs, length=c.length, every=c.train_every,
+                                            burn_in=c.burn_in, warmup=c.warmup)
+        losses = SequenceQ(self.sequences, self.model, self.core.target_model, c.burn_in, c.n_step, c.gamma, c.eta,
+                           stored, c.value_rescaling)
+        self.pipe = self.core.train(losses, self.explorer, self.replay, c.max_grad_norm, tau=c.tau, per_id=True,
+                                    updates=max(1, (c.total_steps - c.warmup) // c.train_every))
+        self.anneal_lr(c.lr, c.lr_end, c.total_steps)
 
     # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
     def state_dict(self,

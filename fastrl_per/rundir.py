@@ -33,10 +33,12 @@ __all__ = ['RUN_FILES', 'REPLAY_DIR', 'PENDING', 'METRIC_COLUMNS', 'LOCK_FILE', 
 # %% ../nbs/07a_rundir.ipynb #b45b5be5
 @runtime_checkable
 class RunLearner(Protocol):
-    ("What a run (its directory, `train`'s loop, the command) reads of a learner. `config` holds every argument it "
-     "was made with, by name (run.json keeps it; a resumed run rebuilds it from them): at least `env_id`, `seed` and "
-     "`total_steps`.")
-    config: dict
+    ("What a run (its directory, `train`'s loop, the command) reads of a learner. `config` holds every setting it "
+     "was made with, a frozen dataclass with at least `env_id`, `seed` and `total_steps` (the library's learners' "
+     "derive from `RunConfig`), and `plain()`, the settings as plain data, which run.json and checkpoints keep (a "
+     "resumed run rebuilds the learner from them).")
+    config: object
+    configs: tuple   # the dataclasses of the settings its class takes by keyword: the command's flags
     episodes: EpisodeReturns   # `env_steps`, `returns` (env step, return), `recent(n)`: progress and the summary
     agent: object   # plays evaluations (`greedy_returns`): its `model`, `model_input(states)`, maybe `new_episodes`
     model: nn.Module   # the online network: best.pt keeps it, `evaluate` plays it, run.json names its device
@@ -268,8 +270,9 @@ def start_manifest(learner:RunLearner, previous:dict|None=None) -> dict:
     "The manifest of a run (leg) starting now, continuing `previous` for a resumed run."
     previous = previous or {}
     leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.env_steps)
-    return dict(previous, **software(), **machine(learner), learner=type(learner).__name__, config=learner.config,
-                **space_shapes(learner.config['env_id']), defaults=defaults_source(learner.config['env_id']),
+    return dict(previous, **software(), **machine(learner), learner=type(learner).__name__,
+                config=learner.config.plain(),
+                **space_shapes(learner.config.env_id), defaults=defaults_source(learner.config.env_id),
                 started=previous.get('started', leg['started']), ended=None, legs=previous.get('legs', []) + [leg])
 
 def write_manifest(run_dir:Path, manifest:dict):
@@ -304,7 +307,8 @@ def save_best(run_dir:Path, learner:RunLearner, frame:int, update:int, score:flo
               confirmed:float|None=None, # the mean over these `episodes` and `confirm_episodes` more (None: `score`)
               confirm_episodes:int=0): # the episodes after them (seeds `seed + episodes`, ...) that confirmed it
     "Write `learner`'s network and how it was evaluated to `run_dir/best.pt`, atomically."
-    save_atomically(dict(learner=type(learner).__name__, config=learner.config, model=learner.model.state_dict(),
+    save_atomically(dict(learner=type(learner).__name__, config=learner.config.plain(),
+                         model=learner.model.state_dict(),
                          frame=frame, update=update, eval_return=score, eval_episodes=episodes, eval_seed=seed,
                          confirmed_return=score if confirmed is None else confirmed,
                          confirm_episodes=confirm_episodes),

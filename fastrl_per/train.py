@@ -22,6 +22,7 @@ from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_m
                                clear_unstarted, hold_run_dir, is_run, unstarted)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
 from .factories import new_learner, build_learner, resume_learner
+from .learner import torch_threads
 
 # %% auto #0
 __all__ = ['SOLVED_BY', 'RunInterrupted', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed', 'open_run',
@@ -107,7 +108,7 @@ def open_resumed(resume, out, model, config, check=None) -> tuple:
         if tuple(header) != METRIC_COLUMNS:
             raise RunRefused(f"{str(run_dir / 'metrics.csv')!r} has columns {header}, not {list(METRIC_COLUMNS)}; "
                              "start a new run with out=")
-        if learner.config['total_steps'] <= learner.episodes.env_steps:
+        if learner.config.total_steps <= learner.episodes.env_steps:
             raise ValueError(f"the run in {str(run_dir)!r} already has {learner.episodes.env_steps} steps; "
                              "ask for more with `total_steps`")
         if check: check(learner)
@@ -153,11 +154,11 @@ def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_di
     env.close()
     return returns
 
-def check_eval_seed(eval_seed:int, episodes:int, config:dict):
+def check_eval_seed(eval_seed:int, episodes:int, config):
     ("A `BadValue` if the evaluation seeds `eval_seed`, ..., `eval_seed + episodes - 1` meet the training env's, "
      "`seed` to `seed + total_steps`.")
     check_int('eval_seed', eval_seed, low=0)
-    seed, total = config['seed'], config['total_steps']
+    seed, total = config.seed, config.total_steps
     if eval_seed <= seed + total and seed <= eval_seed + episodes - 1:
         raise BadValue(f"eval_seed={eval_seed} would evaluate on the training env's seeds "
                          f"({seed} to {seed + total}); choose one outside them")
@@ -165,7 +166,7 @@ def check_eval_seed(eval_seed:int, episodes:int, config:dict):
 def evaluate_greedily(learner:RunLearner, episodes:int, seed:int) -> float:
     ("Mean return of `episodes` greedy episodes with a copy of `learner`'s agent: the training agent's RNG and "
      "carried state stay as they are.")
-    return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config['env_id'], episodes, seed)))
+    return float(np.mean(greedy_returns(copy.deepcopy(learner.agent), learner.config.env_id, episodes, seed)))
 
 # %% ../nbs/07d_train.ipynb #3eab2c1e
 class BestNetwork:
@@ -207,7 +208,7 @@ class TrainLoop:
         self.updates, self.threshold, self.solved_by = updates, threshold, solved_by
         self.solved = None   # how the run reached the threshold: `by`, `step`, the score(s) that decided it
         self.eval_every = eval_every
-        self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config['total_steps']
+        self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config.total_steps
         # the env step of the last checkpoint; of the last progress line
         self.saved = self.shown = learner.episodes.env_steps
         self.n_returns = episode_rows(run_dir)   # the episodes already on the board (and in metrics.csv)
@@ -395,24 +396,24 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('confirm_episodes', confirm_episodes, low=0)
     if solved_by not in SOLVED_BY: raise ValueError(f"solved_by={solved_by!r} is not one of {list(SOLVED_BY)}")
     require_cli_extra()
-    torch.set_num_threads(threads)
     if check_int('actors', actors, low=0): config['actors'] = actors
     def check(learner):
         if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
         learner.start()   # Ape-X's Ray and actors, before any file: a failed start writes none
-    learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
-    with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
-        manifest = start_manifest(learner, previous)
-        if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
-        if learner.replay_nbytes is not None:
-            manifest['replay_bytes'] = learner.replay_nbytes
-            if progress: sys.stdout.write(f"replay buffer: {learner.config['max_sz']:,} transitions, "
-                                          f"{size_text(learner.replay_nbytes)} once full\n")
-        loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config['env_id'], solved),
-                         eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
-                         solved_by)
-        loop.run(progress, resumed=resume is not None)
-        return loop.summary()
+    with torch_threads(threads):   # and torch's own setting again after, as `fit` gives it back
+        learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
+        with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
+            manifest = start_manifest(learner, previous)
+            if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
+            if learner.replay_nbytes is not None:
+                manifest['replay_bytes'] = learner.replay_nbytes
+                if progress: sys.stdout.write(f"replay buffer: {learner.config.max_sz:,} transitions, "
+                                              f"{size_text(learner.replay_nbytes)} once full\n")
+            loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
+                             eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
+                             solved_by)
+            loop.run(progress, resumed=resume is not None)
+            return loop.summary()
 
 # %% ../nbs/07d_train.ipynb #d8aeddcc
 def check_video_extra():
@@ -442,7 +443,7 @@ def evaluate(run_dir:str, # a run directory written by train
     except (RuntimeError, KeyError, TypeError) as e:
         raise ValueError(f"the network of {str(Path(run_dir) / source)!r} and the run's config do not fit: {e}") from e
     video_dir = Path(run_dir) / 'videos' if video else None
-    returns = greedy_returns(learner.agent, learner.config['env_id'], episodes, seed, video_dir)
+    returns = greedy_returns(learner.agent, learner.config.env_id, episodes, seed, video_dir)
     summary = (f"mean return over {episodes} greedy episode{'s' if episodes > 1 else ''}: {np.mean(returns):.1f} "
                f"(min {min(returns):.0f}, max {max(returns):.0f}); network: {network}")
     if not video: return summary

@@ -187,7 +187,7 @@ def test_one_actor_runs_the_learners_algorithm():
     torch.set_num_threads(1)
     steps = 1_500
     run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
-    learner = Learner('CartPole-v1', seed=0, total_steps=steps, **{k: run.config[k] for k in ('n_step', 'bs', 'tau', 'lr', 'max_sz', 'layer_norm')})
+    learner = Learner('CartPole-v1', seed=0, total_steps=steps, **{k: run.config.plain()[k] for k in ('n_step', 'bs', 'tau', 'lr', 'max_sz', 'layer_norm')})
     assert all(torch.equal(a, b) for a, b in zip(learner.model.state_dict().values(), run.model.state_dict().values()))
     single = learner.fit(steps)
     with run: apex = run.fit(steps)

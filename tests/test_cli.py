@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import fastrl_per
-from fastrl_per.learner import Learner, RUN_PLACED
+from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
 from fastrl_per.rundir import installed_version
 from conftest import wait_for_saved_steps, release
@@ -142,8 +142,7 @@ def test_every_learner_argument_is_a_train_flag_with_its_default():
     text = ' '.join(run('train', '--help-all', check=0).stdout.split()).replace('--no- ', '--no-')  # argparse may wrap after a hyphen
     renamed = dict(env_id='--env', total_steps='--steps', max_sz='--buffer-size', nenvs='--envs')
     for cls in (Learner, RecurrentLearner):
-        for name, p in list(inspect.signature(cls.__init__).parameters.items())[1:]:
-            if name in RUN_PLACED: continue   # where the run puts its files (replay_dir): the run directory says
+        for name, p in inspect.signature(*cls.configs).parameters.items():   # each setting of its config
             option = renamed.get(name, '--' + name.replace('_', '-'))
             assert option in text, (cls.__name__, name)
             if isinstance(p.default, bool): shown = option if p.default else '--no-' + option[2:]

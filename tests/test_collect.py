@@ -232,5 +232,5 @@ def test_a_learner_with_a_collector_restores_its_record_and_refuses_a_checkpoint
         assert len(again.fit(200)) > 150 and again.episodes.env_steps == 600
         assert again.collector.version > state['collector']['policy']['version']   # the learner went on publishing
     plain = Learner('CartPole-v1', seed=0, total_steps=1_000)
-    with pytest.raises(ValueError, match='collector state unexpected'): plain.load_state_dict(dict(state, config=plain.config))
+    with pytest.raises(ValueError, match='collector state unexpected'): plain.load_state_dict(dict(state, config=plain.config.plain()))
     assert plain.episodes.env_steps == 0 and plain.collector is None   # nothing was loaded

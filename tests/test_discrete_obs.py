@@ -35,7 +35,7 @@ def test_the_learner_stores_integers_and_reads_them_one_hot(env_id, n):
     batch = learner.replay.sample()
     assert batch.state.dtype == torch.int64 and batch.state.shape == (16,) and int(batch.state.max()) < n
     assert isinstance(learner.model[0], OneHot) and learner.model[0].n == n
-    assert learner.replay_nbytes < 100 * learner.config['max_sz']   # integers, not n floats per observation
+    assert learner.replay_nbytes < 100 * learner.config.max_sz   # integers, not n floats per observation
 
 
 def test_one_hot_is_the_plain_network_on_one_hot_vectors():

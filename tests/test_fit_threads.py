@@ -3,11 +3,14 @@
 A library user's program keeps its own `torch.set_num_threads`: `fit(threads=n)` sets n only while it runs, restores
 the setting when it returns or raises, and `threads=None` leaves it alone.
 """
+from types import MappingProxyType
 import pytest
 import torch
 
 from fastrl_per.learner import Learner, torch_threads
 from fastrl_per.recurrent_learner import RecurrentLearner
+from fastrl_per import factories
+from fastrl_per.train import train
 
 
 @pytest.fixture
@@ -71,4 +74,23 @@ def test_torch_threads_nests(program_threads):
     with torch_threads(1):
         with torch_threads(3): assert torch.get_num_threads() == 3
         assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == program_threads
+
+
+class Seeing(Learner):
+    "A `Learner` noting torch's thread count at every update of its run (in `seen`)."
+    seen = []
+    def iterate(self, steps):
+        for row in super().iterate(steps):
+            self.seen.append(torch.get_num_threads())
+            yield row
+
+
+def test_train_runs_on_its_threads_and_restores_the_programs(program_threads, tmp_path, monkeypatch):
+    "`train` (threads=1 by default) trains on one thread and gives the program's setting back, after a run or a refusal."
+    monkeypatch.setattr(factories, 'LEARNERS', MappingProxyType({**factories.LEARNERS, 'mlp': Seeing}))
+    train(out=str(tmp_path / 'run'), total_steps=200, bs=16, warmup=16, eval_every=0, progress=False, solved=0)
+    assert Seeing.seen and set(Seeing.seen) == {1} and torch.get_num_threads() == program_threads
+    (tmp_path / 'file').write_text('not a run directory')
+    with pytest.raises(Exception, match='file'): train(out=str(tmp_path / 'file'), total_steps=200, progress=False)
     assert torch.get_num_threads() == program_threads

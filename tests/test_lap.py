@@ -90,7 +90,7 @@ def test_lap_on_the_pipe_and_the_sequence_buffer():
 
 def test_learner_takes_lap_and_names_it_in_its_config():
     learner = Learner('CartPole-v1', seed=0, total_steps=300, bs=16, max_sz=300, prioritization='lap', n_step=1)
-    assert (learner.config['prioritization'], learner.config['alpha']) == ('lap', 0.4)
+    assert (learner.config.prioritization, learner.config.alpha) == ('lap', 0.4)
     learner.fit(300)
     buf = learner.replay.buffer
     assert buf.prioritizer.prioritization == 'lap' and (buf.kind[:len(buf)] >= 1.).all()

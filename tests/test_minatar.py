@@ -56,17 +56,17 @@ def test_a_dueling_checkpoint_with_the_keys_before_one_dueling_head_loads():
 
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
-    assert {k: learner.config[k] for k in PAPER} == PAPER and learner.config['total_steps'] == 1_000_000
+    assert {k: learner.config.plain()[k] for k in PAPER} == PAPER and learner.config.total_steps == 1_000_000
     assert learner.core.target_update.every == 250 and learner.core.target_update.tau is None   # hard copies
     assert isinstance(learner.core.optimizer, torch.optim.Adam) and learner.core.optimizer.param_groups[0]['lr'] == 2.5e-4
 
 
 def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():
     config = new_learner('mlp', env_id='MinAtar/Breakout-v1', total_steps=2_000, train_every=1, double=True,
-                         replay='uniform').config
+                         replay='uniform').config.plain()
     assert (config['train_every'], config['double'], config['replay']) == (1, True, 'uniform')
     assert (config['max_sz'], config['warmup'], config['target_every']) == (2_000, 500, 250)
-    assert new_learner('mlp', env_id='CartPole-v1').config['lr'] == 5e-4     # other ids keep the learner's own defaults
+    assert new_learner('mlp', env_id='CartPole-v1').config.lr == 5e-4     # other ids keep the learner's own defaults
 
 
 def test_train_and_evaluate_end_to_end(tmp_path):

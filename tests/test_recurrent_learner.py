@@ -124,7 +124,7 @@ def test_bad_arguments_are_refused_by_name(kwargs, contains):
 
 
 def test_the_config_declares_how_replay_starts_its_state():
-    assert {k: RecurrentLearner(**SMALL).config[k] for k in ('recurrent_state', 'burn_in')} == dict(recurrent_state='stored', burn_in=2)
+    assert {k: RecurrentLearner(**SMALL).config.plain()[k] for k in ('recurrent_state', 'burn_in')} == dict(recurrent_state='stored', burn_in=2)
     zero = RecurrentLearner(**dict(SMALL, recurrent_state='zero'))
     zero.fit(300)
     assert 'recurrent_state' not in zero.replay.episode(0).steps.fields   # nothing stored when replay starts from zeros

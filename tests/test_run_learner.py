@@ -2,6 +2,7 @@
 registration in `LEARNERS` and this test."""
 from types import MappingProxyType
 import contextlib, csv, inspect
+from dataclasses import dataclass, asdict
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 from fastrl_per import factories
 from fastrl_per.cli import main
-from fastrl_per.dqn import EpisodeReturns
+from fastrl_per.dqn import EpisodeReturns, configured
 from fastrl_per.factories import LEARNERS, learner_classes
 from fastrl_per.learner import Learner, CHECKPOINT_VERSION
 from fastrl_per.recurrent_learner import RecurrentLearner
@@ -34,17 +35,24 @@ def test_the_three_learners_implement_the_protocol():
 
 
 # ---- a new learner: this class, one registration (`registered`), and the test after it ----
+@dataclass(frozen=True)
+class TinyConfig:
+    "TinyQ's settings: each field a flag of `fastrl_per train --model tiny`, its comment the flag's help."
+    env_id:str='CartPole-v1' # a gymnasium env with a flat Box observation and discrete actions
+    total_steps:int=1_000 # env steps of the run
+    lr:float=1e-3 # SGD learning rate
+    explore:float=0.1 # probability of a random action
+    seed:int=0 # seeds the network, the env and exploration
+    def plain(self) -> dict: return asdict(self)
+
+
 class TinyQ(Stateful):
     "Q-learning of a linear Q-function on each transition as it comes: no replay, no target network."
     replay = replay_nbytes = placement = None   # no replay; nothing runs outside this process
-    def __init__(self,
-                 env_id:str='CartPole-v1', # a gymnasium env with a flat Box observation and discrete actions
-                 *,
-                 total_steps:int=1_000, # env steps of the run
-                 lr:float=1e-3, # SGD learning rate
-                 explore:float=0.1, # probability of a random action
-                 seed:int=0): # seeds the network, the env and exploration
-        self.config = dict(env_id=env_id, total_steps=total_steps, lr=lr, explore=explore, seed=seed)
+    configs = (TinyConfig,)
+    def __init__(self, config:TinyConfig|str|None=None, **settings):
+        self.config = c = configured(TinyConfig, config, settings)
+        env_id, lr, seed = c.env_id, c.lr, c.seed
         self.env, self.episodes, self.rng = gym.make(env_id), EpisodeReturns(()), np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.model = nn.Linear(self.env.observation_space.shape[0], int(self.env.action_space.n))
@@ -57,8 +65,8 @@ class TinyQ(Stateful):
     def iterate(self, steps:int):
         self.goal = self.episodes.env_steps + steps
         while self.episodes.env_steps < self.goal:
-            if self.obs is None: self.obs, _ = self.env.reset(seed=self.config['seed'] + self.episodes.env_steps)
-            random = self.rng.random() < self.config['explore']
+            if self.obs is None: self.obs, _ = self.env.reset(seed=self.config.seed + self.episodes.env_steps)
+            random = self.rng.random() < self.config.explore
             action = int(self.rng.integers(self.env.action_space.n)) if random else int(self.q(self.obs).argmax())
             obs, reward, terminated, truncated, _ = self.env.step(action)
             target = reward + (0. if terminated else 0.99 * self.q(obs).max().item())
@@ -67,7 +75,7 @@ class TinyQ(Stateful):
             done, self.ret = terminated or truncated, self.ret + float(reward)
             self.episodes.count(1, [self.ret] if done else ())
             self.obs, self.ret = (None, 0.) if done else (obs, self.ret)
-            yield dict(frame=self.episodes.env_steps, loss=loss.item(), epsilon=self.config['explore'], beta=1.)
+            yield dict(frame=self.episodes.env_steps, loss=loss.item(), epsilon=self.config.explore, beta=1.)
 
     def stop(self): self.goal = self.episodes.env_steps
     def start(self): return self
@@ -76,10 +84,10 @@ class TinyQ(Stateful):
     def save_replay(self, save_id:str): raise ValueError("TinyQ keeps no replay")
 
     def state_dict(self, replay_save=None) -> dict:
-        return dict(version=CHECKPOINT_VERSION, learner='TinyQ', config=self.config, model=self.model.state_dict(),
+        return dict(version=CHECKPOINT_VERSION, learner='TinyQ', config=self.config.plain(), model=self.model.state_dict(),
                     replay_save=None, fresh_episodes="TinyQ does not save its env", **self.episodes.state_dict())
     def check_state(self, state:dict) -> dict:
-        if state.get('config') != self.config: raise ValueError(f"checkpoint config {state.get('config')} differs")
+        if state.get('config') != self.config.plain(): raise ValueError(f"checkpoint config {state.get('config')} differs")
         episodes = dict(env_steps=state['env_steps'], returns=state['returns'])
         return dict(state, episodes=self.episodes.check_state(episodes))
     def assign(self, state:dict):

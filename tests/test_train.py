@@ -74,7 +74,7 @@ def test_run_resumed_to_more_steps_replans_beta(tmp_path):
     train(out=str(run), total_steps=200, progress=False)
     assert read_metrics(run)['beta'][-1] == pytest.approx(1.0)
     learner, state, notes = resume_learner(run, None, dict(total_steps=400))
-    assert learner.config['total_steps'] == 400 and state['env_steps'] == 200 and "re-planned over 400" in notes[0]
+    assert learner.config.total_steps == 400 and state['env_steps'] == 200 and "re-planned over 400" in notes[0]
     summary = train(resume=str(run), total_steps=400, progress=False)
     assert summary.startswith('planned steps changed from 200 to 400')
     m = read_metrics(run)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.dqn import dqn_args
+from fastrl_per.dqn import RunConfig
 from fastrl_per.frames import FrameStorage
 from fastrl_per.learner import Learner, upgrade_checkpoint
 from fastrl_per.memory import ReplayBuffer, ExperienceReplay
@@ -67,12 +67,12 @@ def test_the_two_normalisations_differ_by_one_factor_per_batch():
 
 def test_every_default_has_one_home():
     homes = [Priorities.__init__, PrioritizedReplayBuffer.__init__, PrioritizedExperienceReplay.__init__,
-             PrioritizedSequenceReplay.__init__, dqn_args]
+             PrioritizedSequenceReplay.__init__, RunConfig]
     for f in homes:
         params = inspect.signature(f).parameters
         assert params['weight_norm'].default == WEIGHT_NORM, f
         assert params['epsilon' if 'epsilon' in params else 'eps'].default == EPS, f
-    assert Learner('CartPole-v1', max_sz=500, bs=32).config['weight_norm'] == WEIGHT_NORM
+    assert Learner('CartPole-v1', max_sz=500, bs=32).config.weight_norm == WEIGHT_NORM
     assert WEIGHT_NORM in WEIGHT_NORMS
 
 
