@@ -12,10 +12,10 @@ import torch
 from .checks import DirLock
 
 # %% auto #0
-__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks',
-           'npy_offset', 'write_at', 'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside', 'crc',
-           'chunk_crcs', 'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id', 'continued',
-           'save_arrays', 'load_arrays']
+__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'FULL', 'chunk_rows',
+           'ring_chunks', 'npy_offset', 'write_at', 'read_at', 'random_access', 'check_whole', 'write_npy', 'fits',
+           'sync_dir', 'inside', 'crc', 'chunk_crcs', 'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays',
+           'check_save_id', 'continued', 'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -23,6 +23,7 @@ LOCK, COMMIT_LOCK = '.lock', '.commit.lock'   # the owner's lock (`DirLock`); re
 SAVE_FORMAT = 'fastrl_per.save'   # `state.pt` holding the state's bytes and their checksum
 CHUNK_BYTES = 1 << 22   # the most one journal entry holds (4 MB): the unit of incremental writes and of checksums
 NO_GUARD = np.iinfo(np.int64).max   # a write count never reached: no journaling needed
+FULL = (errno.ENOSPC, errno.EDQUOT)   # a full disk, or a full quota: the same to a save
 
 def chunk_rows(a:np.ndarray) -> int:
     "Rows of `a` in one chunk: as many as fit in `CHUNK_BYTES`, at least one."
@@ -50,10 +51,21 @@ def write_at(path, rows:np.ndarray, start:int):
     with open(path, 'r+b') as f:
         data = memoryview(np.ascontiguousarray(rows)).cast('B')
         at = npy_offset(path) + start * rows[:1].nbytes
-        while len(data):
-            n = os.pwrite(f.fileno(), data, at)
-            data, at = data[n:], at + n
-        os.fsync(f.fileno())
+        try:
+            while len(data):
+                n = os.pwrite(f.fileno(), data, at)
+                data, at = data[n:], at + n
+            os.fsync(f.fileno())
+        except OSError as e: raise OSError(e.errno, e.strerror, str(path)) from None   # naming the file
+
+def read_at(a:np.memmap, start:int, stop:int) -> np.ndarray:
+    ("Rows `start`..`stop - 1` of the memory-mapped `a`, read from its file into memory, not through the map: a hole "
+     "in a file on a full tmpfs cannot be mapped in (reading it there is a `Bad address`, or a SIGBUS).")
+    out = np.empty((max(0, min(stop, len(a)) - start), *a.shape[1:]), a.dtype)
+    with open(a.filename, 'rb') as f:
+        f.seek(a.offset + start * a[:1].nbytes)
+        f.readinto(memoryview(out).cast('B'))
+    return out
 
 def random_access(a:np.memmap) -> np.memmap:
     ("`a`, its map advised that reads are random (no read-ahead): a sampled row then costs the pages it spans, where "
@@ -72,16 +84,16 @@ def check_whole(path, f, nbytes:int):
 def write_npy(path, a:np.ndarray, rows:int|None=None):
     ("Write `a` as a new .npy file at `path`, synced and checked whole, straight from `a`'s memory (no copy of it); "
      "with `rows`, only its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's "
-     "unwritten rows are).")
-    if rows is None or rows >= len(a):
-        with open(path, 'wb') as f:
-            np.save(f, a)
-            check_whole(path, f, a.nbytes)
-        return
-    sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
-    del sized   # unmapped: the rows go in with one write
-    if rows: write_at(path, a[:rows], 0)
-    with open(path, 'rb') as f: check_whole(path, f, a.nbytes)
+     "unwritten rows are). A write that fails removes the file.")
+    try:
+        sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
+        del sized   # unmapped: the rows go in with one write (numpy's own `tofile` hides the errno of a full disk)
+        rows = len(a) if rows is None else min(rows, len(a))
+        if rows: write_at(path, a[:rows], 0)
+        with open(path, 'rb') as f: check_whole(path, f, a.nbytes)
+    except BaseException:
+        Path(path).unlink(missing_ok=True)   # a file cut short (a full disk, a signal) keeps no space
+        raise
 
 def fits(path, a:np.ndarray) -> bool:
     "Whether the .npy file at `path` holds an array of `a`'s shape and dtype (its rows can be written in place)."
@@ -151,7 +163,7 @@ class SavedArrays:
             entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c) * rows}.npy'   # named by its first row
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
-            write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
+            write_npy(tmp, read_at(a, c * rows, (c + 1) * rows))
             os.replace(tmp, entry)
             wrote = True
         if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
@@ -251,8 +263,9 @@ class SavedArrays:
                        state=torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
         try:
+            whole = io.BytesIO(); torch.save(wrapped, whole)   # in memory: torch's own writer hides a full disk's errno
             with open(tmp, 'wb') as f:
-                torch.save(wrapped, f); f.flush(); os.fsync(f.fileno())
+                f.write(whole.getbuffer()); f.flush(); os.fsync(f.fileno())
                 if os.fstat(f.fileno()).st_size != f.tell():
                     raise OSError(errno.EIO, "state.pt written short (a full disk?)", str(tmp))
             with self.locked(True):
@@ -304,9 +317,11 @@ class DiskArrays:
     ("Where a storage keeps its arrays when they live on disk: memory-mapped .npy files in the directory `path`, "
      "which is also where the buffer saves (in place). It owns the directory for its life (a `DirLock`: a second "
      "writer gets a `ValueError`). After a save, a write that reaches a chunk the save holds first copies it to the "
-     "journal (`guard`), so a crash never loses the last save.")
-    def __init__(self, path):
-        self.saved = SavedArrays(path)
+     "journal (`guard`), so a crash never loses the last save. With `reserve`, each file gets its disk space when "
+     "it is made (`os.posix_fallocate`), so a full disk is an `OSError` then, never a SIGBUS on a later write; "
+     "without, files are sparse (disk used as rows are written).")
+    def __init__(self, path, reserve:bool=True):
+        self.saved, self.reserve = SavedArrays(path), reserve
         self.lock = own_lock(path)
         self.last = None   # (save_id, {name: (writes, rows kept, file)}) of the save the files hold; None before one
 
@@ -321,8 +336,20 @@ class DiskArrays:
         self.lock = own_lock(self.path)   # a copy is a second writer: refused
 
     def zeros(self, name:str, shape:tuple, dtype) -> np.memmap:
-        "A new zeroed array `name` in a file of its own (sparse: disk is used as rows are written)."
-        return random_access(np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape))
+        ("A new zeroed array `name` in a file of its own, its disk space reserved (`reserve`); an `OSError` naming "
+         "the directory and leaving no file if the disk (or the quota) has no room for it.")
+        path = self.path / new_file(name)
+        try:
+            a = np.lib.format.open_memmap(path, 'w+', dtype, shape)
+            if self.reserve and a.nbytes:
+                with open(path, 'r+b') as f: os.posix_fallocate(f.fileno(), 0, a.offset + a.nbytes)
+        except OSError as e:
+            path.unlink(missing_ok=True)
+            if e.errno not in FULL: raise
+            size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            raise OSError(e.errno, f"no room in {str(self.path)!r} for array {name!r} ({size:,} bytes): free disk "
+                          "space, choose a smaller max_sz, or keep the ring in memory", str(self.path)) from None
+        return random_access(a)
 
     def copy(self, name:str, a:np.ndarray) -> np.memmap:
         "A new array `name` in a file of its own holding what `a` holds."

@@ -478,7 +478,7 @@ def test_ring_on_disk_larger_than_memory(tmp_path):
         rss0 = rss_mb()
         ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
         max_sz = int(max(48e9, 1.25 * ram)) // 2128   # rows of 2 KB of frames (state and next state) and small fields
-        buf = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d))
+        buf = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d, reserve=False))
         for start in range(0, 4000, 1000): buf.extend(**transitions(start, 1000, width=1024))
         (name,) = files(d)
         size = (d / name).stat().st_size
@@ -489,7 +489,7 @@ def test_ring_on_disk_larger_than_memory(tmp_path):
         buf.save(d)
         drawn = buf.sample().idxs   # what a buffer loaded from this save draws first
         del buf, batch   # its one owner gone, the directory is free for the next
-        fresh = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d))
+        fresh = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d, reserve=False))
         fresh.load(d)
         assert torch.equal(fresh.sample().idxs, drawn)
         assert files(d) == [name] and fresh.storage.n_added == 4000
