@@ -304,13 +304,18 @@ def corrupt_state(d): (d / STATE_FILE).write_bytes(b'not a torch file')
 def missing_array(d): next(d.glob('rows.*.npy')).unlink()
 def truncated_array(d):
     f = next(d.glob('rows.*.npy')); f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])
+def resave(f:Path, a:np.ndarray):
+    "Write `a` over the .npy file `f`, keeping the mark of the save that wrote it (`store.MARK_BYTES` at its end)."
+    mark = f.read_bytes()[-store.MARK_BYTES:]
+    np.save(f, a)
+    with open(f, 'ab') as out: out.write(mark)
 def wrong_shape(d):
-    f = next(d.glob('rows.*.npy')); np.save(f, np.load(f)[:-1])
+    f = next(d.glob('rows.*.npy')); resave(f, np.load(f)[:-1])
 def wrong_dtype(d):
-    f = next(d.glob('rows.*.npy')); np.save(f, np.zeros(len(np.load(f, mmap_mode='r')), np.float64))
+    f = next(d.glob('rows.*.npy')); resave(f, np.zeros(len(np.load(f, mmap_mode='r')), np.float64))
 def wrong_fields(d):
     f = next(d.glob('rows.*.npy')); a = np.load(f)
-    np.save(f, a.astype(np.dtype([(n if n != 'reward' else 'rewards', a.dtype[n]) for n in a.dtype.names])))
+    resave(f, a.astype(np.dtype([(n if n != 'reward' else 'rewards', a.dtype[n]) for n in a.dtype.names])))
 
 
 @pytest.mark.parametrize('target_on_disk', [False, True])
