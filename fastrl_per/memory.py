@@ -187,6 +187,9 @@ class FieldWriter:
             elif (got := field_array(v)) is None: return None
             else: v, dtype, shape = got
             if kinds is None and dtype != want or kinds is not None and dtype.kind not in kinds: return None
+            if (bounds is not None and isinstance(v, (np.ndarray, np.generic)) and v.size
+                    and not np.can_cast(dtype, want) and not bounds[0] <= v.min() <= v.max() <= bounds[1]):
+                return None   # it would wrap: the `SimpleStep` path names it
             if not batch:
                 if shape != per_row: return None
                 if bounds is not None and type(v) is int and not bounds[0] <= v <= bounds[1]: return None
