@@ -7,6 +7,7 @@ transition kinds: CartPole (float32 (4,) observations), 110 floats (the issue's 
     nice -n 10 python benchmarks/checkpoint.py                    # the default table (about 10 minutes on 2 cores)
     nice -n 10 python benchmarks/checkpoint.py --quick            # a smoke run: sizes 10^4
     nice -n 10 python benchmarks/checkpoint.py --kinds atari --atari-sizes 1000000 --storages disk --no-old
+    nice -n 10 python benchmarks/checkpoint.py --checksum-cost --kinds floats   # with and without checksums
 
 Each buffer is filled, measured and saved in a fresh child process, and loaded in another: **save** the time of
 the first save (a full one; on disk a flush of what the OS has not written yet); **save peak** the largest rise of
@@ -19,6 +20,10 @@ is measured both in memory and on disk, the two are timed in turns by one more p
 format is the reference in the same process. The files go under `--dir` and are deleted as each buffer is done.
 Goals (#43): a save raises peak memory by at most 0.1x the data; a save after 5,000 more transitions takes at most
 0.1x a full save; a buffer on disk samples at most 1.2x as slowly as in memory.
+
+`--checksum-cost` measures each buffer twice, with the save's CRC-32 checksums and without (the benchmark's child
+replaces `store.crc` by a function returning 0, so that a save records zeros and a load checks them for nothing; no
+user knob), and prints what they add to a save, a save after 5,000 more, and a load. Goal (#50): at most 10 %.
 """
 from __future__ import annotations
 import argparse, json, shutil, subprocess, sys, threading, time
@@ -146,18 +151,46 @@ def speed_child(kind:str, size:int, d:Path) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def run_child(step:str, kind:str, size:int, storage:str, d:Path, old:bool) -> dict:
-    cmd = [sys.executable, __file__, '--child', step, kind, str(size), storage, str(d), 'old' if old else 'no-old']
+def run_child(step:str, kind:str, size:int, storage:str, d:Path, old:bool, crc:bool=True) -> dict:
+    cmd = [sys.executable, __file__, '--child', step, kind, str(size), storage, str(d), 'old' if old else 'no-old',
+           'crc' if crc else 'no-crc']
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode: raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(kind:str, size:int, storage:str, root:Path, old:bool) -> dict:
+def measure(kind:str, size:int, storage:str, root:Path, old:bool, crc:bool=True) -> dict:
     d = root / f'{kind}-{size}-{storage}'
     shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
-    try: return dict(run_child('save', kind, size, storage, d, old), **run_child('load', kind, size, storage, d, old))
+    try:
+        saved = run_child('save', kind, size, storage, d, old, crc)
+        return dict(saved, **run_child('load', kind, size, storage, d, old, crc))
     finally: shutil.rmtree(d, ignore_errors=True)
+
+
+def checksum_table(rows:list) -> str:
+    "Save, save after 5,000 more, and load, with checksums and without (the median of the repeats), and their ratio."
+    out = ['| buffer | ring | save | unchecked | ratio | +5k save | unchecked | ratio | load | unchecked | ratio |',
+           '|---|---|' + '--:|' * 9]
+    for r in rows:
+        cells = [f"{r[k]:.3f} s | {r['no_crc'][k]:.3f} s | {r[k] / r['no_crc'][k]:.2f}"
+                 for k in ('save_s', 'inc_s', 'load_s')]
+        out.append(f"| {LABELS[r['kind']]} {r['size']:,} | {r['storage']} | " + ' | '.join(cells) + ' |')
+    return '\n'.join(out)
+
+
+def checksum_cost(plan:list, root:Path, repeats:int=3) -> list:
+    "Each buffer of `plan` measured in turns with and without checksums, `repeats` times; the medians."
+    rows = []
+    for kind, size, storage in plan:
+        runs = {True: [], False: []}
+        for _ in range(repeats):
+            for crc in (True, False): runs[crc].append(measure(kind, size, storage, root, False, crc))
+        med = {crc: {k: float(np.median([m[k] for m in ms])) for k in ('save_s', 'inc_s', 'load_s')}
+               for crc, ms in runs.items()}
+        rows.append(dict(kind=kind, size=size, storage=storage, **med[True], no_crc=med[False]))
+        print(f"{kind} {size:,} {storage}: done", file=sys.stderr, flush=True)
+    return rows
 
 
 def measure_speed(kind:str, size:int, root:Path) -> dict:
@@ -217,11 +250,16 @@ def main():
     p.add_argument('--table', help='print the tables of measurements a --json run wrote, and run nothing')
     p.add_argument('--storages', nargs='+', default=['memory', 'disk'], help='rings in memory, on disk or both')
     p.add_argument('--no-old', action='store_true', help='leave out the old single-file save (it copies the buffer)')
-    p.add_argument('--child', nargs=6, help=argparse.SUPPRESS)
+    p.add_argument('--checksum-cost', action='store_true', help='each buffer with and without checksums (no old save)')
+    p.add_argument('--repeats', type=int, default=3, help='--checksum-cost: measurements of each, in turns')
+    p.add_argument('--child', nargs=7, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        step, kind, size, storage, d, old = a.child
+        step, kind, size, storage, d, old, crc = a.child
         torch.set_num_threads(1)
+        if crc == 'no-crc':
+            import fastrl_per.store as store
+            store.crc = lambda a: 0   # every chunk's checksum 0: recorded as such, checked as such
         if step == 'speed': out = speed_child(kind, int(size), Path(d))
         else: out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), old == 'old')
         print(json.dumps(out)); return
@@ -232,6 +270,8 @@ def main():
     plan = [(k, n, s) for k in a.kinds for n in (a.atari_sizes if k == 'atari' else a.sizes)
             for s in a.storages]
     plan += [('cartpole', n, 'disk') for n in a.disk_sizes if 'cartpole' in a.kinds and 'disk' in a.storages]
+    if a.checksum_cost:
+        print(checksum_table(checksum_cost(plan, Path(a.dir), a.repeats))); return
     rows = []
     for kind, size, storage in plan:
         t = time.perf_counter()

@@ -21,11 +21,22 @@ FIELD_DTYPES = MappingProxyType(dict(terminated=torch.bool, truncated=torch.bool
 RESERVED = ('idxs', 'weights')  # what a sampled batch carries besides its fields
 
 def _as_field(name, value):
-    "`value` as a tensor with the dtype of field `name` (floating states become float32); a dict key by key."
+    ("`value` as a tensor with the dtype of field `name` (floating states become float32); a dict key by key. A "
+     "number that does not fit the field's integer dtype (`2**70`, `2**40` for the int32 `n_steps`, `1.5` for a "
+     "step count) is a `ValueError` naming the field, the value and the dtype, never a number stored wrapped.")
     if isinstance(value, dict): return {k: _as_field(name, v) for k, v in value.items()}
-    t = torch.as_tensor(value)
+    try: t = torch.as_tensor(value)
+    except (OverflowError, RuntimeError, ValueError) as e:
+        if 'verflow' not in str(e): raise
+        raise ValueError(f"field {name!r}: {repr(value)[:60]} does not fit int64, the widest integer dtype") from None
     dtype = FIELD_DTYPES.get(name, torch.float32 if t.is_floating_point() else None)
-    return t if dtype is None or t.dtype == dtype else t.to(dtype)
+    if dtype is None or t.dtype == dtype: return t
+    out = t.to(dtype)
+    if dtype.is_floating_point or dtype == torch.bool: return out
+    kept = (torch.iinfo(dtype).min <= value <= torch.iinfo(dtype).max if type(value) is int
+            else torch.equal(out.to(t.dtype), t))
+    if kept: return out
+    raise ValueError(f"field {name!r}: {repr(value)[:60]} does not fit its dtype {str(dtype).removeprefix('torch.')}")
 
 def tree_map(f, value):
     "`f` applied to a tensor, or to each value of a dict of tensors (a `Dict` observation)."

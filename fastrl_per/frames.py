@@ -50,7 +50,8 @@ class FrameStorage(Storage):
                  max_sz:int, # transitions kept; the oldest are overwritten first
                  # frames kept; None: `max_sz + max_sz // 64 + stack`, set on the first write
                  frame_slots:int|None=None,
-                 path=None): # a directory to keep the rings in as memory-mapped files (`DiskArrays`); None: memory
+                 path=None, # a directory to keep the rings in as memory-mapped files (`DiskArrays`); None: memory
+                 reserve:bool=True): # on disk: reserve the files' space when made (False: sparse files)
         check_int('max_sz', max_sz)
         if frame_slots is not None: check_int('frame_slots', frame_slots)
         self.max_sz, self.frame_slots = max_sz, frame_slots
@@ -58,7 +59,7 @@ class FrameStorage(Storage):
         self.rows = self.newest = self.state_end = self.oldest = self.stamp = self.frames = self.prev = None
         self.stack_shape = None
         self.ends = {}  # env id -> (global number of its newest frame, whether that step ended its episode)
-        self.disk = None if path is None else DiskArrays(path)
+        self.disk = None if path is None else DiskArrays(path, reserve)
         self._safe = self._safe_frames = NO_GUARD   # the step and frame counts up to which no journaling is needed
 
     declared = None   # no schema declared up front: the first write fixes it

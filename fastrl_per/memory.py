@@ -190,6 +190,9 @@ class FieldWriter:
             elif (got := field_array(v)) is None: return None
             else: v, dtype, shape = got
             if kinds is None and dtype != want or kinds is not None and dtype.kind not in kinds: return None
+            if (bounds is not None and isinstance(v, (np.ndarray, np.generic)) and v.size
+                    and not np.can_cast(dtype, want) and not bounds[0] <= v.min() <= v.max() <= bounds[1]):
+                return None   # it would wrap: the `SimpleStep` path names it
             if not batch:
                 if shape != per_row: return None
                 if bounds is not None and type(v) is int and not bounds[0] <= v <= bounds[1]: return None
@@ -318,10 +321,11 @@ class RingStorage(Storage):
     def __init__(self,
                  max_sz:int, # rows kept
                  declared:dict|None=None, # the column schema the first write must fit (`declared_schema`); None: any
-                 path=None): # a directory to keep the rows in as a memory-mapped file (`DiskArrays`); None: memory
+                 path=None, # a directory to keep the rows in as a memory-mapped file (`DiskArrays`); None: memory
+                 reserve:bool=True): # on disk: reserve the file's space when made (False: a sparse file)
         check_int('max_sz', max_sz)
         self.max_sz, self.n_added, self.declared = max_sz, 0, declared
-        self.disk, self._safe = None if path is None else DiskArrays(path), NO_GUARD   # see `_guard`
+        self.disk, self._safe = None if path is None else DiskArrays(path, reserve), NO_GUARD   # see `_guard`
         self._signature = self._small = None  # the last checked single step's field (dtype, shape)s; which are small
         self._hold(None)
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_store.ipynb #4cfcb91c
 from __future__ import annotations
-import contextlib, errno, fcntl, gc, io, mmap, os, uuid, zlib
+import contextlib, errno, fcntl, gc, hashlib, io, mmap, os, uuid, zlib
 from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
@@ -12,9 +12,10 @@ import torch
 from .checks import DirLock
 
 # %% auto #0
-__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'chunk_rows', 'ring_chunks',
-           'npy_offset', 'write_at', 'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside', 'crc',
-           'chunk_crcs', 'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id', 'continued',
+__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'FULL', 'MARK_BYTES',
+           'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at', 'mark_of', 'write_mark', 'read_mark', 'read_at',
+           'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside', 'crc', 'chunk_crcs',
+           'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id', 'continued',
            'save_arrays', 'load_arrays']
 
 # %% ../nbs/03a_store.ipynb #d956ed97
@@ -23,6 +24,8 @@ LOCK, COMMIT_LOCK = '.lock', '.commit.lock'   # the owner's lock (`DirLock`); re
 SAVE_FORMAT = 'fastrl_per.save'   # `state.pt` holding the state's bytes and their checksum
 CHUNK_BYTES = 1 << 22   # the most one journal entry holds (4 MB): the unit of incremental writes and of checksums
 NO_GUARD = np.iinfo(np.int64).max   # a write count never reached: no journaling needed
+FULL = (errno.ENOSPC, errno.EDQUOT)   # a full disk, or a full quota: the same to a save
+MARK_BYTES = 24   # an array file's mark, after its data: b'frlpsave' and a 16-byte digest of the save that wrote it
 
 def chunk_rows(a:np.ndarray) -> int:
     "Rows of `a` in one chunk: as many as fit in `CHUNK_BYTES`, at least one."
@@ -50,10 +53,37 @@ def write_at(path, rows:np.ndarray, start:int):
     with open(path, 'r+b') as f:
         data = memoryview(np.ascontiguousarray(rows)).cast('B')
         at = npy_offset(path) + start * rows[:1].nbytes
-        while len(data):
-            n = os.pwrite(f.fileno(), data, at)
-            data, at = data[n:], at + n
-        os.fsync(f.fileno())
+        try:
+            while len(data):
+                n = os.pwrite(f.fileno(), data, at)
+                data, at = data[n:], at + n
+            os.fsync(f.fileno())
+        except OSError as e: raise OSError(e.errno, e.strerror, str(path)) from None   # naming the file
+
+def mark_of(save_id:str|None) -> bytes:
+    "The mark an array file written by the save `save_id` ends with (None: a file no save has written yet)."
+    return b'frlpsave' + (bytes(16) if save_id is None else hashlib.blake2b(save_id.encode(), digest_size=16).digest())
+
+def write_mark(path, save_id:str):
+    "End the .npy file at `path` (its data, then room for a mark) with save `save_id`'s mark, synced."
+    saved = np.load(path, mmap_mode='r')
+    with open(path, 'r+b') as f:
+        os.pwrite(f.fileno(), mark_of(save_id), saved.offset + saved.nbytes); os.fsync(f.fileno())
+
+def read_mark(path) -> bytes|None:
+    "The mark the .npy file at `path` ends with; None if it has no room for one (a file from before marks)."
+    saved = np.load(path, mmap_mode='r')
+    if os.stat(path).st_size != saved.offset + saved.nbytes + MARK_BYTES: return None
+    with open(path, 'rb') as f: return os.pread(f.fileno(), MARK_BYTES, saved.offset + saved.nbytes)
+
+def read_at(a:np.memmap, start:int, stop:int) -> np.ndarray:
+    ("Rows `start`..`stop - 1` of the memory-mapped `a`, read from its file into memory, not through the map: a hole "
+     "in a file on a full tmpfs cannot be mapped in (reading it there is a `Bad address`, or a SIGBUS).")
+    out = np.empty((max(0, min(stop, len(a)) - start), *a.shape[1:]), a.dtype)
+    with open(a.filename, 'rb') as f:
+        f.seek(a.offset + start * a[:1].nbytes)
+        f.readinto(memoryview(out).cast('B'))
+    return out
 
 def random_access(a:np.memmap) -> np.memmap:
     ("`a`, its map advised that reads are random (no read-ahead): a sampled row then costs the pages it spans, where "
@@ -69,19 +99,22 @@ def check_whole(path, f, nbytes:int):
     size, want = os.fstat(f.fileno()).st_size, npy_offset(path) + nbytes
     if size != want: raise OSError(errno.EIO, f"wrote {size} of {want} bytes (a full disk?)", str(path))
 
-def write_npy(path, a:np.ndarray, rows:int|None=None):
+def write_npy(path, a:np.ndarray, rows:int|None=None, mark:bytes=b''):
     ("Write `a` as a new .npy file at `path`, synced and checked whole, straight from `a`'s memory (no copy of it); "
      "with `rows`, only its first `rows` rows: the rest is a hole in the file, which reads as zeros (as a ring's "
-     "unwritten rows are).")
-    if rows is None or rows >= len(a):
-        with open(path, 'wb') as f:
-            np.save(f, a)
-            check_whole(path, f, a.nbytes)
-        return
-    sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
-    del sized   # unmapped: the rows go in with one write
-    if rows: write_at(path, a[:rows], 0)
-    with open(path, 'rb') as f: check_whole(path, f, a.nbytes)
+     "unwritten rows are). `mark` goes after the data. A write that fails removes the file.")
+    try:
+        sized = np.lib.format.open_memmap(path, 'w+', a.dtype, a.shape)   # the header, and a file of the full size
+        at = sized.offset + a.nbytes
+        del sized   # unmapped: the rows go in with one write (numpy's own `tofile` hides the errno of a full disk)
+        rows = len(a) if rows is None else min(rows, len(a))
+        if rows: write_at(path, a[:rows], 0)
+        with open(path, 'r+b') as f:
+            if mark: os.pwrite(f.fileno(), mark, at)
+            check_whole(path, f, a.nbytes + len(mark))
+    except BaseException:
+        Path(path).unlink(missing_ok=True)   # a file cut short (a full disk, a signal) keeps no space
+        raise
 
 def fits(path, a:np.ndarray) -> bool:
     "Whether the .npy file at `path` holds an array of `a`'s shape and dtype (its rows can be written in place)."
@@ -151,7 +184,7 @@ class SavedArrays:
             entry = self.path / JOURNAL / f'{save_id}.{name}.{int(c) * rows}.npy'   # named by its first row
             if entry.exists(): continue
             tmp = entry.with_suffix('.tmp')
-            write_npy(tmp, np.ascontiguousarray(a[c * rows:(c + 1) * rows]))
+            write_npy(tmp, read_at(a, c * rows, (c + 1) * rows))
             os.replace(tmp, entry)
             wrote = True
         if wrote: sync_dir(self.path / JOURNAL); sync_dir(self.path)   # the entries outlast a power cut too
@@ -199,6 +232,9 @@ class SavedArrays:
             targets = self.open(state)
             for name, start, rows in self.entries(state, targets):
                 write_at(self.path / state['arrays'][name]['file'], rows, start)   # by row, whatever `CHUNK_BYTES`
+            for info in state['arrays'].values():
+                if self.marker(state['save_id'], info['file']).exists():
+                    write_mark(self.path / info['file'], state['save_id'])
             self.tidy()   # array files the state does not name stay until the next commit: one may be a live storage's
         return state
 
@@ -251,8 +287,9 @@ class SavedArrays:
                        state=torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
         try:
+            whole = io.BytesIO(); torch.save(wrapped, whole)   # in memory: torch's own writer hides a full disk's errno
             with open(tmp, 'wb') as f:
-                torch.save(wrapped, f); f.flush(); os.fsync(f.fileno())
+                f.write(whole.getbuffer()); f.flush(); os.fsync(f.fileno())
                 if os.fstat(f.fileno()).st_size != f.tell():
                     raise OSError(errno.EIO, "state.pt written short (a full disk?)", str(tmp))
             with self.locked(True):
@@ -263,18 +300,42 @@ class SavedArrays:
 
     def open(self, state:dict, mode:str='r') -> dict:
         ("The arrays `state` names, memory-mapped (`mode` 'r' or 'r+'): nothing is read until used; a `ValueError` "
-         "naming the file if one is missing, not an array, or not of the size its header says.")
+         "naming the file if one is missing, not an array, not of the size its header says, or not marked as written "
+         "by this save (a file of another save, or a `state.pt` older than its files); a mark a save in flight is "
+         "changing, noted in the journal, is let through.")
         arrays = {}
         for n, info in state['arrays'].items():
             path = inside(self.path, info['file'], f"array {n!r}")
             try:
                 arrays[n] = random_access(np.load(path, mmap_mode=mode))
-                if path.stat().st_size != arrays[n].offset + arrays[n].nbytes:
+                room = MARK_BYTES if info.get('marked') else 0   # a save from before marks: none
+                if path.stat().st_size != arrays[n].offset + arrays[n].nbytes + room:
                     raise ValueError("a file of another size")
+                mark = read_mark(path) if room else None
             except Exception as e:
                 raise ValueError(f"saved buffer at {str(self.path)!r}: array {n!r} ({info['file']}) "
                                  f"unreadable: {e}") from e
+            if room and mark != mark_of(state['save_id']) and not self.marker(state['save_id'], info['file']).exists():
+                raise ValueError(f"saved buffer at {str(self.path)!r}: array {n!r} ({info['file']}) was written by "
+                                 f"another save than {STATE_FILE}'s: a file of another save, or a {STATE_FILE} older "
+                                 "than its files")
         return arrays
+
+    def marker(self, save_id:str, file:str) -> Path:
+        "The journal's note that a save continuing `save_id` is changing the mark of the array file `file`."
+        return self.path / JOURNAL / f'{save_id}.{file}.mark'
+
+    def remark(self, committed:dict|None, file:str, save_id:str) -> bool:
+        ("Mark the array file `file`, rewritten in place, as the save `save_id`'s; if the `committed` save names it, "
+         "the journal notes the change first. False, leaving it unmarked, if it has no room for a mark (older).")
+        path = self.path / file
+        if read_mark(path) is None: return False
+        if committed is not None and any(i['file'] == file for i in committed['arrays'].values()):
+            (self.path / JOURNAL).mkdir(exist_ok=True)
+            with open(self.marker(committed['save_id'], file), 'wb') as f: os.fsync(f.fileno())
+            sync_dir(self.path / JOURNAL)
+        write_mark(path, save_id)
+        return True
 
 def new_file(name:str) -> str:
     "A fresh file name for array `name` (never one an earlier save used)."
@@ -304,9 +365,11 @@ class DiskArrays:
     ("Where a storage keeps its arrays when they live on disk: memory-mapped .npy files in the directory `path`, "
      "which is also where the buffer saves (in place). It owns the directory for its life (a `DirLock`: a second "
      "writer gets a `ValueError`). After a save, a write that reaches a chunk the save holds first copies it to the "
-     "journal (`guard`), so a crash never loses the last save.")
-    def __init__(self, path):
-        self.saved = SavedArrays(path)
+     "journal (`guard`), so a crash never loses the last save. With `reserve`, each file gets its disk space when "
+     "it is made (`os.posix_fallocate`), so a full disk is an `OSError` then, never a SIGBUS on a later write; "
+     "without, files are sparse (disk used as rows are written).")
+    def __init__(self, path, reserve:bool=True):
+        self.saved, self.reserve = SavedArrays(path), reserve
         self.lock = own_lock(path)
         self.last = None   # (save_id, {name: (writes, rows kept, file)}) of the save the files hold; None before one
 
@@ -321,8 +384,21 @@ class DiskArrays:
         self.lock = own_lock(self.path)   # a copy is a second writer: refused
 
     def zeros(self, name:str, shape:tuple, dtype) -> np.memmap:
-        "A new zeroed array `name` in a file of its own (sparse: disk is used as rows are written)."
-        return random_access(np.lib.format.open_memmap(self.path / new_file(name), 'w+', dtype, shape))
+        ("A new zeroed array `name` in a file of its own, its disk space reserved (`reserve`); an `OSError` naming "
+         "the directory and leaving no file if the disk (or the quota) has no room for it.")
+        path = self.path / new_file(name)
+        try:
+            a = np.lib.format.open_memmap(path, 'w+', dtype, shape)
+            os.truncate(path, a.offset + a.nbytes + MARK_BYTES)   # room for the mark of the save that writes it
+            if self.reserve:
+                with open(path, 'r+b') as f: os.posix_fallocate(f.fileno(), 0, a.offset + a.nbytes + MARK_BYTES)
+        except OSError as e:
+            path.unlink(missing_ok=True)
+            if e.errno not in FULL: raise
+            size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            raise OSError(e.errno, f"no room in {str(self.path)!r} for array {name!r} ({size:,} bytes): free disk "
+                          "space, choose a smaller max_sz, or keep the ring in memory", str(self.path)) from None
+        return random_access(a)
 
     def copy(self, name:str, a:np.ndarray) -> np.memmap:
         "A new array `name` in a file of its own holding what `a` holds."
@@ -383,10 +459,10 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
         raise ValueError(f"a buffer saves to a directory, but {str(path)!r} is a file (an earlier version's save?)")
     own = disk is not None and disk.path.resolve() == saved.path.resolve()   # saving where the storage lives
     with contextlib.nullcontext() if own else DirLock(saved.path, 'replay directory', LOCK):
-        old = saved.read()
+        old = committed = saved.read()
         save_id = uuid.uuid4().hex if save_id is None else check_save_id(save_id, old)
         if old is not None and not (last is not None and last['save_id'] == old['save_id']): old = None
-        files, crcs = {}, {}
+        files, crcs, marked = {}, {}, {}
         for name, a in arrays.items():
             known = None if old is None else old['arrays'].get(name)
             kept, rows = int(min(counts[name], len(a))), chunk_rows(a)
@@ -404,11 +480,12 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
                 files[name] = known['file']
             else:
                 files[name] = new_file(name)
-                write_npy(saved.path / files[name], a, kept)   # the rows written, not the zeros
+                write_npy(saved.path / files[name], a, kept, mark_of(save_id))   # the rows written, not the zeros
+            marked[name] = saved.remark(committed, files[name], save_id)   # a file written in place: marked anew
             if known is None or files[name] != known['file']: since = None
             crcs[name] = chunk_crcs(a, kept, chunks, since)
         arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))),
-                                chunk=chunk_rows(arrays[n]), crcs=crcs[n]) for n in arrays}
+                                chunk=chunk_rows(arrays[n]), crcs=crcs[n], marked=marked[n]) for n in arrays}
         state = dict(state, save_id=save_id, continues=None if old is None else old['save_id'], arrays=arrays_state)
         saved.commit(state)
         if own: disk.saved_at(state)

@@ -167,7 +167,19 @@ BAD_EXTEND = [
     ('not a batch', lambda c, k: row(c, 0), ValueError, 'extend stores a batch'),
     ('terminated and reward lengths differ', _with(terminated=lambda c: c['terminated'][:3]), ValueError,
      'batch length'),
+    ('an int32 field given 2**40', _with(n_steps=lambda c: np.full(4, 2 ** 40)), ValueError,
+     "field 'n_steps': array([1099511627776,"),
+    ('an int32 field given 2**31', _with(n_steps=lambda c: np.array([1, 2, 3, 2 ** 31])), ValueError,
+     "2147483648]) does not fit its dtype int32"),
+    ('an int64 field given 2**70', _with(env_id=lambda c: 2 ** 70), ValueError,
+     "field 'env_id': 1180591620717411303424 does not fit int64"),
+    ('a step count given 1.5', _with(step_n=lambda c: np.full(4, 1.5)), ValueError,
+     "field 'step_n': array([1.5, 1.5, 1.5, 1.5]) does not fit its dtype int64"),
+    ('a uint8 extra given 300', _with(code=lambda c: np.full(4, 300)), ValueError,
+     "'code' has dtype int64, the buffer stores uint8"),   # refused by its dtype before any value is looked at
 ]
+NO_SCHEMA = ('not a batch', 'terminated and reward lengths differ', 'an int32 field given 2**40',
+             'an int32 field given 2**31', 'an int64 field given 2**70', 'a step count given 1.5')   # field errors
 
 
 @pytest.mark.parametrize('kind', KINDS)
@@ -177,7 +189,7 @@ def test_bad_extend_stores_nothing(kind, what, change, exc, contains):
     before = buf.state_dict()
     with pytest.raises(exc) as e: buf.extend(**_bad(kind, change))
     assert contains in str(e.value)
-    if exc is ValueError and what != 'not a batch' and what != 'terminated and reward lengths differ':
+    if exc is ValueError and what not in NO_SCHEMA:
         assert 'logp: float32[]' in str(e.value)   # the message shows the buffer's schema
     assert_same_state(buf.state_dict(), before)
 

@@ -304,13 +304,18 @@ def corrupt_state(d): (d / STATE_FILE).write_bytes(b'not a torch file')
 def missing_array(d): next(d.glob('rows.*.npy')).unlink()
 def truncated_array(d):
     f = next(d.glob('rows.*.npy')); f.write_bytes(f.read_bytes()[:f.stat().st_size // 2])
+def resave(f:Path, a:np.ndarray):
+    "Write `a` over the .npy file `f`, keeping the mark of the save that wrote it (`store.MARK_BYTES` at its end)."
+    mark = f.read_bytes()[-store.MARK_BYTES:]
+    np.save(f, a)
+    with open(f, 'ab') as out: out.write(mark)
 def wrong_shape(d):
-    f = next(d.glob('rows.*.npy')); np.save(f, np.load(f)[:-1])
+    f = next(d.glob('rows.*.npy')); resave(f, np.load(f)[:-1])
 def wrong_dtype(d):
-    f = next(d.glob('rows.*.npy')); np.save(f, np.zeros(len(np.load(f, mmap_mode='r')), np.float64))
+    f = next(d.glob('rows.*.npy')); resave(f, np.zeros(len(np.load(f, mmap_mode='r')), np.float64))
 def wrong_fields(d):
     f = next(d.glob('rows.*.npy')); a = np.load(f)
-    np.save(f, a.astype(np.dtype([(n if n != 'reward' else 'rewards', a.dtype[n]) for n in a.dtype.names])))
+    resave(f, a.astype(np.dtype([(n if n != 'reward' else 'rewards', a.dtype[n]) for n in a.dtype.names])))
 
 
 @pytest.mark.parametrize('target_on_disk', [False, True])
@@ -478,7 +483,7 @@ def test_ring_on_disk_larger_than_memory(tmp_path):
         rss0 = rss_mb()
         ram = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
         max_sz = int(max(48e9, 1.25 * ram)) // 2128   # rows of 2 KB of frames (state and next state) and small fields
-        buf = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d))
+        buf = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d, reserve=False))
         for start in range(0, 4000, 1000): buf.extend(**transitions(start, 1000, width=1024))
         (name,) = files(d)
         size = (d / name).stat().st_size
@@ -489,7 +494,7 @@ def test_ring_on_disk_larger_than_memory(tmp_path):
         buf.save(d)
         drawn = buf.sample().idxs   # what a buffer loaded from this save draws first
         del buf, batch   # its one owner gone, the directory is free for the next
-        fresh = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d))
+        fresh = ReplayBuffer(bs=256, seed=0, storage=RingStorage(max_sz, path=d, reserve=False))
         fresh.load(d)
         assert torch.equal(fresh.sample().idxs, drawn)
         assert files(d) == [name] and fresh.storage.n_added == 4000
