@@ -31,6 +31,7 @@ minatar_requirements = (cfg.get('minatar_requirements') or '').split()  # the [m
 box2d_requirements = (cfg.get('box2d_requirements') or '').split()  # the [box2d] extra: gymnasium's Box2D envs (LunarLander)
 ray_requirements = (cfg.get('ray_requirements') or '').split()  # the [ray] extra: Ape-X actors on Ray
 sb3_requirements = (cfg.get('sb3_requirements') or '').split()  # the [sb3] extra: PrioritizedDQN on Stable-Baselines3
+zoo_requirements = (cfg.get('zoo_requirements') or '').split()  # the [zoo] extra: RL Zoo, for the sb3 page's launcher
 cleanrl_requirements = (cfg.get('cleanrl_requirements') or '').split()  # the [cleanrl] extra: examples/cleanrl_dqn_per.py
 
 package_data = dict()
@@ -55,7 +56,7 @@ setuptools.setup(
                      'cli': cli_requirements,
                      'video': video_requirements, 'atari': atari_requirements,
                      'box2d': box2d_requirements, 'ray': ray_requirements, 'minatar': minatar_requirements,
-                     'sb3': sb3_requirements, 'cleanrl': cleanrl_requirements },
+                     'sb3': sb3_requirements, 'zoo': zoo_requirements, 'cleanrl': cleanrl_requirements },
     dependency_links = cfg.get('dep_links','').split(),
     python_requires  = '>=' + cfg['min_python'],
     long_description = open('README.md', encoding='utf-8').read(),

@@ -8,7 +8,7 @@
 # and the extras the notebooks import: the same as tools/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pip install -q -e '.[dev,video,ray,sb3,cleanrl]'
+.venv/bin/python -m pip install -q -e '.[dev,video,ray,sb3,zoo,cleanrl]'
 rm -rf _proc _docs
 .venv/bin/python tools/docs.py
 cp tools/docs.css _proc/

@@ -4,7 +4,7 @@
 # slow) and tests/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pip install -q -e '.[dev,video,ray,sb3,cleanrl]'
+.venv/bin/python -m pip install -q -e '.[dev,video,ray,sb3,zoo,cleanrl]'
 .venv/bin/python tools/check_cells.py
 .venv/bin/nbdev_test --n_workers 2
 .venv/bin/python -m pytest -q -p no:cacheprovider tests
