@@ -13,18 +13,14 @@ from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLi
 import torch
 from torch.utils.data import IterDataPipe
 from .core import SimpleStep, STEP_FIELDS
-from .checks import check_int
+from .checks import check_int, install_line
 
 # %% auto #0
-__all__ = ['ATARI_EXTRA', 'MINATAR_EXTRA', 'ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'has_prefix', 'import_extra',
-           'is_atari', 'register_atari', 'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env',
-           'MinAtarFrames', 'make_env', 'SignRewards', 'capped_defaults', 'atari_defaults', 'id_defaults',
-           'defaults_source']
+__all__ = ['ATARI_DEFAULTS', 'MINATAR_DEFAULTS', 'ID_DEFAULTS', 'has_prefix', 'import_extra', 'is_atari', 'register_atari',
+           'is_minatar', 'register_minatar', 'make_atari_env', 'make_atari_vector_env', 'MinAtarFrames', 'make_env',
+           'SignRewards', 'capped_defaults', 'atari_defaults', 'id_defaults', 'defaults_source']
 
 # %% ../nbs/02c_atari.ipynb #e91ea1d1
-ATARI_EXTRA = "pip install 'fastrl_per[atari]'"
-MINATAR_EXTRA = "pip install 'fastrl_per[minatar]'"
-
 def has_prefix(env_id, prefix:str) -> bool:
     "True for a string `env_id` of the family `prefix` names (`'ALE/'`, `'MinAtar/'`)."
     return isinstance(env_id, str) and env_id.startswith(prefix)
@@ -40,7 +36,7 @@ def is_atari(env_id) -> bool:
 
 def register_atari():
     "Register ale-py's `ALE/...` envs with gymnasium; a one-line `ValueError` naming the extra when ale-py is missing."
-    gym.register_envs(import_extra('ale_py', "Atari envs need ale-py and OpenCV", ATARI_EXTRA))
+    gym.register_envs(import_extra('ale_py', "Atari envs need ale-py and OpenCV", install_line('atari')))
 
 def is_minatar(env_id) -> bool:
     "True for a MinAtar id (`MinAtar/Breakout-v1`, ...: Young & Tian 2019's 10×10 games, bool observations)."
@@ -48,7 +44,7 @@ def is_minatar(env_id) -> bool:
 
 def register_minatar():
     "Register the `minatar` package's `MinAtar/...` envs (gymnasium 1.x does not load its entry point itself)."
-    module = import_extra('minatar.gym', "MinAtar envs need the minatar package", MINATAR_EXTRA)
+    module = import_extra('minatar.gym', "MinAtar envs need the minatar package", install_line('minatar'))
     if 'MinAtar/Breakout-v1' not in gym.registry: module.register_envs()
 
 # %% ../nbs/02c_atari.ipynb #aa2fb3c4

@@ -4,15 +4,15 @@
 
 # %% ../nbs/00_checks.ipynb #f1508bc0
 from __future__ import annotations
-import fcntl, math, os, tempfile
+import fcntl, math, os, sys, tempfile
 from pathlib import Path
 import numpy as np
 import torch
 from numba import njit
 
 # %% auto #0
-__all__ = ['BadValue', 'check_int', 'check_number', 'shortened', 'as_numpy', 'check_nonnegative', 'check_progress',
-           'feedback_arrays', 'check_tensor', 'write_atomically', 'save_atomically', 'DirLock']
+__all__ = ['BadValue', 'check_int', 'check_number', 'shortened', 'install_line', 'as_numpy', 'check_nonnegative',
+           'check_progress', 'feedback_arrays', 'check_tensor', 'write_atomically', 'save_atomically', 'DirLock']
 
 # %% ../nbs/00_checks.ipynb #e5b6485f
 class BadValue(ValueError):
@@ -37,6 +37,16 @@ def shortened(text:str, keep:int=60) -> str:
     "`text`'s repr for a message: one of more than `keep` characters as its start and end, saying how long it is."
     if len(text) <= keep: return repr(text)
     return f"{text[:keep // 2]!r}...{text[-keep // 2:]!r} ({len(text):,} characters)"
+
+# %% ../nbs/00_checks.ipynb
+def install_line(extra:str) -> str:
+    ("The command that installs fastrl_per's `extra`: the registry's form, or, where the package runs from a clone, "
+     "the clone's editable install (paths as seen from the working directory) and then the registry's form.")
+    import fastrl_per
+    line, root = f"pip install 'fastrl_per[{extra}]'", Path(fastrl_per.__file__).resolve().parent.parent
+    if not (root / 'settings.ini').is_file(): return line
+    def here(p): return p if (p := os.path.relpath(p)).split(os.sep)[0] != '..' else str(Path(p).resolve())
+    return f"{here(Path(sys.executable).parent / 'pip')} install -e '{here(root)}[{extra}]' ({line} outside a clone)"
 
 # %% ../nbs/00_checks.ipynb #b2cae088
 def as_numpy(x, dtype=None) -> np.ndarray:

@@ -16,15 +16,13 @@ from .apex import ApexRun, require_ray, DEPLOYMENT
 from .atari import id_defaults
 from .envs import check_env_id
 from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
-from .checks import check_int, BadValue
+from .checks import check_int, BadValue, install_line
 
 # %% auto #0
-__all__ = ['BOX2D_EXTRA', 'LEARNERS', 'check_env_dependencies', 'learner_classes', 'settings_fields', 'placed', 'build_learner',
+__all__ = ['LEARNERS', 'check_env_dependencies', 'learner_classes', 'settings_fields', 'placed', 'build_learner',
            'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
 
 # %% ../nbs/07c_factories.ipynb #96b5e691
-BOX2D_EXTRA = "pip install 'fastrl_per[box2d]'"
-
 def check_env_dependencies(env_id):
     ("Build `env_id` once; a one-line `ValueError` naming the extra to install if gymnasium lacks a package "
      "it needs, or the id it does not know.")
@@ -32,7 +30,7 @@ def check_env_dependencies(env_id):
     try: gym.make(env_id).close()
     except DependencyNotInstalled as e:
         missing = getattr(e.__cause__, 'name', None) or 'a package gymnasium did not find'
-        how = BOX2D_EXTRA if 'gymnasium.envs.box2d' in str(spec.entry_point) else ' '.join(str(e).split())
+        how = install_line('box2d') if 'gymnasium.envs.box2d' in str(spec.entry_point) else ' '.join(str(e).split())
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../nbs/07c_factories.ipynb #41235744
@@ -69,7 +67,7 @@ def restore_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
     ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
      "`replay_dir`); `deployment`: where an Ape-X run runs now.")
     learner = build_learner(state, replay_dir, **deployment)
-    learner.load_state_dict(state)
+    learner.load_state_dict({k: v for k, v in state.items() if k != 'board'})   # `board`: the run's TensorBoard state
     return learner
 
 def new_learner(model:str,

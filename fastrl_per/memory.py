@@ -21,8 +21,8 @@ from .state import Stateful, check_keys, check_version, rng_of_state
 
 
 # %% auto #0
-__all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'step_columns', 'packed_dtype', 'describe', 'schema_of', 'check_schema',
-           'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter', 'field_schema',
+__all__ = ['IMAGE_PAIR', 'REQUIRED', 'FIELD_DEFAULTS', 'step_columns', 'packed_dtype', 'describe', 'described', 'schema_of',
+           'check_schema', 'check_lengths', 'check_columns', 'as_steps', 'field_array', 'FieldWriter', 'field_schema',
            'declared_schema', 'Storage', 'check_saved_count', 'RingStorage', 'DeviceStorage', 'MemoryView', 'locked',
            'BufferBase', 'check_state_header', 'pinned_copy', 'copier', 'buffer_storage', 'distinct_draw',
            'ReplayBuffer', 'ExperienceReplay']
@@ -50,6 +50,13 @@ def describe(schema:dict) -> str:
     "A schema `{name: (dtype, shape)}` as `{name: dtype[shape], ...}`."
     return '{' + ', '.join(f"{n}: {np.dtype(d)}{list(s)}" for n, (d, s) in schema.items()) + '}'
 
+def described(schema:dict) -> str:
+    ("`schema` for an error message: the fields a caller writes in full, then by name only the one-number fields a "
+     "`SimpleStep` fills in for a caller who leaves them out.")
+    filled = [n for n in FIELD_DTYPES if n not in ('terminated', 'reward') and n in schema]
+    given = describe({n: v for n, v in schema.items() if n not in filled})
+    return given + (f" and the fields a SimpleStep fills in: {', '.join(filled)}" if filled else '')
+
 def schema_of(columns:dict) -> dict:
     "`{name: (dtype, per-transition shape)}` of columns that have a leading batch axis."
     return {n: (a.dtype, tuple(a.shape[1:])) for n, a in columns.items()}
@@ -76,7 +83,7 @@ def check_lengths(columns:dict, schema:dict|None) -> int:
     shapes = {n: tuple(a.shape) for n, a in columns.items()}
     if len({s[:1] for s in shapes.values()}) != 1:
         raise ValueError(f"step fields have different batch sizes: their shapes are {shapes}"
-                         + ('' if schema is None else f"; the buffer stores {describe(schema)}"))
+                         + ('' if schema is None else f"; the buffer stores {described(schema)}"))
     return len(next(iter(columns.values())))
 
 def check_columns(columns:dict, schema:dict|None) -> int:
@@ -89,17 +96,17 @@ def check_columns(columns:dict, schema:dict|None) -> int:
         what = [f"fields {extra} are not in the buffer's schema"] if extra else []
         what += [f"{missing} are missing"] if missing else []
         what = ', '.join(what)
-        raise ValueError(f"{what}: the buffer stores {describe(schema)}")
+        raise ValueError(f"{what}: the buffer stores {described(schema)}")
     for n, a in columns.items():
         dtype, shape = schema[n]
         if a.shape[1:] != shape:
             batch = k == 1 and len(a.shape) > 2 and a.shape[2:] == shape
             hint = f" (a batch of {a.shape[1]}? `add` stores one transition, `extend` a batch)" if batch else ''
             raise ValueError(f"field {n!r} has shape {tuple(a.shape[1:])} per step, the buffer stores {shape}{hint}: "
-                             f"schema {describe(schema)}")
+                             f"schema {described(schema)}")
         if a.dtype != dtype:
             raise ValueError(f"field {n!r} has dtype {a.dtype}, the buffer stores {np.dtype(dtype)}: "
-                             f"schema {describe(schema)}")
+                             f"schema {described(schema)}")
     return k
 
 REQUIRED = ('state', 'action', 'reward', 'next_state', 'terminated')   # what a transition given as keywords needs
@@ -820,7 +827,8 @@ class ReplayBuffer(BufferBase):
     def _draw(self, bs:int):
         "Hook: the slots and importance weights of one batch; here distinct sampleable slots, weights all one."
         n = self.storage.n_valid
-        if bs > n: raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {n} sampleable ones")
+        if bs > n: raise ValueError(f"cannot sample {bs} distinct steps from a buffer holding {n} sampleable: a "
+                                    f"uniform batch draws distinct steps; sample at most {n}, or add more first")
         return self.storage.valid_slots(distinct_draw(self.rng, n, bs)), np.ones(bs, np.float32)
 
     def sample(self,

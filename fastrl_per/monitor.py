@@ -8,11 +8,11 @@ import csv, importlib, os, shlex, sys, time
 from pathlib import Path
 import numpy as np
 from .rundir import read_metrics, load_best, REPLAY_DIR
-from .checks import check_int
+from .checks import check_int, install_line
 
 # %% auto #0
-__all__ = ['CLI_EXTRA', 'metrics_row', 'MetricsFile', 'plot_metrics', 'replay_scalars', 'RunBoard', 'require_cli_extra',
-           'size_text', 'Progress', 'run_ending']
+__all__ = ['metrics_row', 'MetricsFile', 'plot_metrics', 'replay_scalars', 'RunBoard', 'require_cli_extra', 'size_text',
+           'Progress', 'run_ending']
 
 # %% ../nbs/07b_monitor.ipynb #9893ef2b
 def metrics_row(row:dict, update:int, ended, evaluated) -> list:
@@ -139,8 +139,6 @@ class RunBoard:
     def close(self): self.writer.close()
 
 # %% ../nbs/07b_monitor.ipynb #5842ce43
-CLI_EXTRA = "pip install 'fastrl_per[cli]'"
-
 def require_cli_extra():
     ("A one-line `ValueError` naming the extra to install unless `train`'s progress bar, plot and TensorBoard "
      "can be imported; a package that is there but fails to import (one of its own dependencies missing) is named "
@@ -153,9 +151,9 @@ def require_cli_extra():
             else: broken.append(f"{name} ({type(e).__name__}: {e})")
     if missing:
         raise ValueError(f"train shows progress, plots and writes TensorBoard events with {', '.join(missing)}, "
-                         f"which {'is' if len(missing) == 1 else 'are'} not installed: {CLI_EXTRA}")
+                         f"which {'is' if len(missing) == 1 else 'are'} not installed: {install_line('cli')}")
     if broken:
-        raise ValueError(f"train needs {'; '.join(broken)}, installed but failing to import: {CLI_EXTRA} "
+        raise ValueError(f"train needs {'; '.join(broken)}, installed but failing to import: {install_line('cli')} "
                          f"installs what {'it needs' if len(broken) == 1 else 'they need'}")
 
 def size_text(nbytes:float) -> str:
@@ -176,11 +174,15 @@ class Progress:
             self.bar.update(start)
         self.tenth = start * 10 // total   # the last tenth a line was written for
 
+    def due(self, step:int) -> bool:
+        "True if `update(step)` writes a line: `step` is the first past a tenth the lines have not shown."
+        return self.bar is None and step * 10 // self.total > self.tenth
+
     def update(self, step:int, comment:str=''):
         if self.bar is not None:
             self.bar.comment = comment
             self.bar.update(step)
-        elif step * 10 // self.total > self.tenth:
+        elif self.due(step):
             self.tenth = step * 10 // self.total
             seconds = time.monotonic() - self.started
             self.file.write(f"step {step:,} of {self.total:,} ({step / self.total:.0%}), {seconds:.0f} s"

@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_per.ipynb #bdb8eed4
 from __future__ import annotations
+import warnings
 import numpy as np
 from .memory import ReplayBuffer, ExperienceReplay
 from .checks import feedback_arrays
@@ -57,7 +58,13 @@ class PrioritizedReplayBuffer(PriorityKnobs, ReplayBuffer):
     def _written(self, start, n):
         self._core.add(start, n)
         self._leave_out_invalid()
-    def _draw(self, bs): return self._core.draw(self.rng, bs)
+    def _draw(self, bs):
+        n = self.storage.n_valid
+        if bs > n:   # prioritized replay draws with replacement: a batch larger than the buffer repeats its steps
+            warnings.warn(f"sampling {bs} from a prioritized buffer holding {n} sampleable steps: the batch repeats "
+                          f"them (prioritized replay draws with replacement); sample at most {n}, or add more first",
+                          stacklevel=3)
+        return self._core.draw(self.rng, bs)
     def _leave_out_invalid(self):
         invalid = self.storage.invalid_slots()   # none for a ring
         if len(invalid): self._core.set_active(invalid, False)

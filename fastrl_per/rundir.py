@@ -148,12 +148,14 @@ def share_mode(run_dir:Path):
         if p.is_file() and p.stat().st_mode & 0o777 != mode: p.chmod(mode)
 
 # %% ../nbs/07a_rundir.ipynb #65f02be0
-def save_checkpoint(run_dir:Path, learner:RunLearner):
+def save_checkpoint(run_dir:Path, learner:RunLearner,
+                    board:dict|None=None): # the TensorBoard points in progress (`RunBoard.pending`), kept with the step
     ("Write `learner`'s checkpoint.pt and, if it saves its replay as a directory, the replay in `run_dir/replay`, "
      "as a pair: the checkpoint goes to checkpoint.next.pt first, naming the replay save to come, and replaces "
      "checkpoint.pt once that save is made. A crash anywhere leaves a pair (`settle_checkpoint`).")
     run_dir = Path(run_dir)
     state = learner.state_dict(replay_save=uuid.uuid4().hex)
+    if board is not None: state['board'] = board
     if state['replay_save'] is None: return save_atomically(state, run_dir / 'checkpoint.pt')   # the replay inside
     save_atomically(state, run_dir / PENDING)
     learner.save_replay(state['replay_save'])
@@ -267,8 +269,9 @@ def space_shapes(env_id:str) -> dict:
 def now() -> str: return datetime.now(timezone.utc).isoformat(timespec='seconds')
 
 def start_manifest(learner:RunLearner, previous:dict|None=None) -> dict:
-    "The manifest of a run (leg) starting now, continuing `previous` for a resumed run."
-    previous = previous or {}
+    ("The manifest of a run (leg) starting now, continuing `previous` for a resumed run (less the TensorBoard state "
+     "that older run.json files carried: the checkpoint keeps it now).")
+    previous = {k: v for k, v in (previous or {}).items() if k != 'tb_pending'}
     leg = dict(command=shlex.join(sys.argv), started=now(), ended=None, from_step=learner.episodes.env_steps)
     return dict(previous, **software(), **machine(learner), learner=type(learner).__name__,
                 config=learner.config.plain(),
@@ -328,9 +331,10 @@ def load_best(run_dir) -> dict|None:
         raise ValueError(f"{str(path)!r} is not a fastrl_per best network")
     return best
 
-def save_run(run_dir:Path, learner:RunLearner, manifest:dict, updates:int, ended:bool=False):
-    "Write the checkpoint (and the replay), then the manifest with how far the run got; all files get one mode."
-    save_checkpoint(run_dir, learner)
+def save_run(run_dir:Path, learner:RunLearner, manifest:dict, updates:int, ended:bool=False, board:dict|None=None):
+    ("Write the checkpoint (and the replay, and `board`: `save_checkpoint`), then the manifest with how far the run "
+     "got; all files get one mode.")
+    save_checkpoint(run_dir, learner, board)
     manifest.update(env_steps=learner.episodes.env_steps, updates=updates, episodes=len(learner.episodes.returns),
                     updated=now())
     if learner.placement: manifest['legs'][-1]['ray'] = learner.placement   # where its Ray actors ran

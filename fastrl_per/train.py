@@ -12,7 +12,7 @@ import gymnasium as gym
 from .apex import ReplayLost
 from .atari import make_env
 from .envs import check_env_id
-from .checks import check_int, check_number, BadValue
+from .checks import check_int, check_number, BadValue, install_line
 from typing import Literal
 from .checks import DirLock
 from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_metrics_until, load_best,
@@ -25,8 +25,8 @@ from .factories import new_learner, build_learner, resume_learner
 from .learner import torch_threads
 
 # %% auto #0
-__all__ = ['SOLVED_BY', 'RunInterrupted', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed', 'open_run',
-           'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train',
+__all__ = ['SOLVED_BY', 'RunInterrupted', 'command_name', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed',
+           'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train',
            'check_video_extra', 'evaluate']
 
 # %% ../nbs/07d_train.ipynb #05902318
@@ -36,6 +36,17 @@ class RunInterrupted(Exception):
     def __init__(self, message:str, signum:int):
         super().__init__(message)
         self.exit_code = 128 + signum
+
+def command_name(argv0:str|None=None, # how the process was started: `sys.argv[0]` unless given
+                 path:str|None=None) -> str: # the directories searched for commands: $PATH unless given
+    ("The command to type where the user ran this one: `fastrl_per` when that finds this command, the path it was "
+     "started by otherwise (`.venv/bin/fastrl_per` in a clone whose venv is not on PATH); `python -m fastrl_per` "
+     "for the module; `fastrl_per` when Python called `train` itself.")
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    if Path(argv0).name == '__main__.py' and Path(argv0).parent.name == 'fastrl_per': return 'python -m fastrl_per'
+    if Path(argv0).name != 'fastrl_per': return 'fastrl_per'
+    found = shutil.which('fastrl_per', path=path)
+    return 'fastrl_per' if found and Path(found).resolve() == Path(argv0).resolve() else shlex.quote(argv0)
 
 class StopSignals:
     ("Within `with` (in the main thread), the first SIGINT or SIGTERM sets `signum`; "
@@ -83,7 +94,7 @@ def open_new(out, model, config, check=None) -> tuple:
         if made: shutil.rmtree(path, ignore_errors=True)           # a refused run leaves the directory as it was
         elif lock and not had_lock: (path / LOCK_FILE).unlink(missing_ok=True)
         raise
-    return learner, run_dir, None, 0, [], lock
+    return learner, run_dir, None, 0, [], lock, None
 
 def open_resumed(resume, out, model, config, check=None) -> tuple:
     "`open_run`'s parts for the run in `resume`: its lock is taken before anything there is read or settled."
@@ -118,11 +129,13 @@ def open_resumed(resume, out, model, config, check=None) -> tuple:
     except BaseException:
         lock.release()
         raise
-    return learner, run_dir, previous, int(state.get('updates', 0)), notes, lock
+    board = state.get('board', (previous or {}).get('tb_pending'))   # an older run kept it in run.json
+    return learner, run_dir, previous, int(state.get('updates', 0)), notes, lock, board
 
-def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, dict, int, list[str], DirLock]:
-    ("The learner, run directory, previous manifest, update count, notes and held lock of a new or resumed run; "
-     "`check(learner)` may refuse it. Nothing is written for a refused one, and its lock is given back.")
+def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, dict, int, list[str], DirLock, dict]:
+    ("The learner, run directory, previous manifest, update count, notes, held lock and TensorBoard state "
+     "(`RunBoard.pending`) of a new or resumed run; `check(learner)` may refuse it. Nothing is written for a refused "
+     "one, and its lock is given back.")
     if resume is None: return open_new(out, model, config, check)
     return open_resumed(resume, out, model, config, check)
 
@@ -202,7 +215,7 @@ class TrainLoop:
      "evaluates greedily.")
     def __init__(self, learner:RunLearner, run_dir:Path, manifest:dict, updates:int, threshold:float|None,
                  eval_every:int, eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int,
-                 checkpoint_every:int, notes:list[str], solved_by:str='greedy'):
+                 checkpoint_every:int, notes:list[str], solved_by:str='greedy', board:dict|None=None):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
         self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
         self.updates, self.threshold, self.solved_by = updates, threshold, solved_by
@@ -219,6 +232,7 @@ class TrainLoop:
         # finished: the budget or the threshold is reached; ending: the stream is told to stop
         self.finished = self.ending = False
         self.board = self.bar = self.stop = None
+        self.resumed_board = board   # the TensorBoard state the checkpoint resumed from (`RunBoard.pending`)
 
     def evaluate(self, frame:int, update:int) -> float:
         ("Greedy episodes of the network as it is now, recorded at `frame`; confirmed if they beat the kept network's, "
@@ -278,7 +292,7 @@ class TrainLoop:
         metrics.append(row, self.updates, returns[-1][1] if len(returns) > self.n_returns else '', score)
         self.board.update(row, self.updates, self.learner.replay)
         self.n_returns = len(returns)
-        if self.bar and row['frame'] - self.shown >= 250:
+        if self.bar and (row['frame'] - self.shown >= 250 or self.bar.due(row['frame'])):   # each tenth: a line
             self.shown = row['frame']
             self.bar.update(self.shown, f"return (mean of 20) {episodes.recent(20):.1f}")
         if (last or self.stop.signum is not None) and not self.ending:
@@ -288,8 +302,7 @@ class TrainLoop:
     def checkpoint(self, metrics:MetricsFile):
         "Save the run between two legs, where no env step is half-consumed."
         metrics.flush()
-        self.manifest['tb_pending'] = self.board.pending()
-        try: save_run(self.run_dir, self.learner, self.manifest, self.updates)
+        try: save_run(self.run_dir, self.learner, self.manifest, self.updates, board=self.board.pending())
         except ReplayLost as e: raise self.failed(self.learner.episodes.env_steps, e) from e
         self.saved = self.learner.episodes.env_steps
 
@@ -300,9 +313,9 @@ class TrainLoop:
         # Ape-X's Ray runs within, before the signals; they are taken before the first checkpoint, so a Ctrl-C at
         # any moment ends with a checkpoint the run resumes from
         with learner.workers(), StopSignals() as self.stop, MetricsFile(self.run_dir / 'metrics.csv') as metrics:
-            save_run(self.run_dir, learner, self.manifest, self.updates)
+            save_run(self.run_dir, learner, self.manifest, self.updates, board=self.resumed_board)
             self.bar = Progress(self.total, learner.episodes.env_steps) if progress else None
-            self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.manifest.get('tb_pending'))
+            self.board = RunBoard(self.run_dir, self.log_every, self.saved, self.resumed_board)
             try:
                 while not self.ending and self.stop.signum is None and learner.episodes.env_steps < self.total:
                     # a leg of the stream per checkpoint: it ends between env steps, where a checkpoint resumes exactly
@@ -318,8 +331,8 @@ class TrainLoop:
         if self.bar: self.bar.close(learner.episodes.env_steps)
         described = learner.describe(resumed=resumed)   # where its workers ran (Ape-X's actors)
         if described: self.notes.append(described)
-        self.manifest['tb_pending'] = self.board.pending()
-        save_run(self.run_dir, learner, self.manifest, self.updates, ended=self.stop.signum is None)
+        save_run(self.run_dir, learner, self.manifest, self.updates, ended=self.stop.signum is None,
+                 board=self.board.pending())
         plot_metrics(self.run_dir)
         share_mode(self.run_dir)
 
@@ -330,7 +343,8 @@ class TrainLoop:
         if self.stop.signum is not None:
             raise RunInterrupted(f"stopped by {signal.Signals(self.stop.signum).name} at step {episodes.env_steps} "
                                  f"of {self.total}: saved checkpoint.pt, metrics.csv, run.json and plot.png "
-                                 f"in {run_dir}; resume with: fastrl_per train --resume {shlex.quote(str(run_dir))}",
+                                 f"in {run_dir}; resume with: {command_name()} train "
+                                 f"--resume {shlex.quote(str(run_dir))}",
                                  self.stop.signum)
         counts = dict(steps=episodes.env_steps, updates=self.updates, episodes=len(episodes.returns))
         last = None if self.final is None else (self.final['step'], self.final['score'])
@@ -401,7 +415,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
         if eval_every: check_eval_seed(eval_seed, eval_episodes + confirm_episodes, learner.config)
         learner.start()   # Ape-X's Ray and actors, before any file: a failed start writes none
     with torch_threads(threads):   # and torch's own setting again after, as `fit` gives it back
-        learner, run_dir, previous, updates, notes, lock = open_run(out, resume, model, config, check)
+        learner, run_dir, previous, updates, notes, lock, board = open_run(out, resume, model, config, check)
         with lock:   # the run's one writer until it returns (or dies: the kernel gives the lock back)
             manifest = start_manifest(learner, previous)
             if progress: sys.stdout.write(''.join(n + '\n' for n in notes))   # what a resume continued, before the bar
@@ -411,7 +425,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                                               f"{size_text(learner.replay_nbytes)} once full\n")
             loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
                              eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
-                             solved_by)
+                             solved_by, board)
             loop.run(progress, resumed=resume is not None)
             return loop.summary()
 
@@ -420,7 +434,7 @@ def check_video_extra():
     "A `ValueError` naming the extra to install unless the video encoder is importable."
     try: import moviepy
     except ImportError:
-        raise ValueError("recording video needs the video extra: pip install 'fastrl_per[video]'") from None
+        raise ValueError(f"recording video needs the video extra: {install_line('video')}") from None
 
 def evaluate(run_dir:str, # a run directory written by train
              episodes:int=10, # greedy episodes to run

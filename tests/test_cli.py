@@ -17,6 +17,7 @@ import fastrl_per
 from fastrl_per.learner import Learner
 from fastrl_per.recurrent_learner import RecurrentLearner
 from fastrl_per.rundir import installed_version
+from fastrl_per.train import command_name
 from conftest import wait_for_saved_steps, release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,7 +250,7 @@ def test_sigint_checkpoints_and_resume_continues(tmp_path):
     code, _, stderr = interrupt(out, signal.SIGINT)
     assert code == 130, stderr
     assert 'Traceback' not in stderr and len(stderr.strip().splitlines()) == 1
-    assert f'resume with: fastrl_per train --resume {out}' in stderr
+    assert f'resume with: {command_name(COMMAND[0])} train --resume {out}' in stderr   # as the test typed it
     saved = json.loads((out / 'run.json').read_text())
     frames = torch.load(out / 'checkpoint.pt', weights_only=True)['env_steps']
     assert saved['env_steps'] == frames >= 100 and (out / 'plot.png').exists()

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from fastrl_per.checks import install_line
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastrl_per.core import SimpleStep
@@ -191,7 +192,8 @@ def test_the_buffer_counts_stale_updates_and_saves_the_count():
 def test_box2d_missing_names_the_box2d_extra(tmp_path):
     done = run('train', '--env', 'LunarLander-v3', '--out', tmp_path / 'run', command=without('Box2D'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-    assert done.stderr.strip() == "fastrl_per train: error: LunarLander-v3 needs Box2D, which is not installed: pip install 'fastrl_per[box2d]'"
+    # in this clone the line names the clone's editable install first, then the registry's form
+    assert done.stderr.strip() == f"fastrl_per train: error: LunarLander-v3 needs Box2D, which is not installed: {install_line('box2d')}"
     assert not (tmp_path / 'run').exists()
 
 
