@@ -67,7 +67,7 @@ def restore_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
     ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
      "`replay_dir`); `deployment`: where an Ape-X run runs now.")
     learner = build_learner(state, replay_dir, **deployment)
-    learner.load_state_dict({k: v for k, v in state.items() if k != 'board'})   # `board`: the run's TensorBoard state
+    learner.load_state_dict(state)
     return learner
 
 def new_learner(model:str,

@@ -32,8 +32,8 @@ from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations', 'q_network',
-           'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
+           'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -58,6 +58,7 @@ CHECKPOINT_VERSION = 6
 CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
                    'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector',
                    'replay_save'}
+RUN_KEYS = {'board'}   # what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
 
 @dataclass(frozen=True)
 class DQNConfig(MLPConfig):
@@ -286,9 +287,9 @@ class Learner(Stateful):
             raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
         if state.get('learner') != type(self).__name__:
             raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
-        if set(state) != CHECKPOINT_KEYS:
-            raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - set(state))}, "
-                             f"unknown {sorted(set(state) - CHECKPOINT_KEYS)}")
+        if (keys := set(state) - RUN_KEYS) != CHECKPOINT_KEYS:
+            raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - keys)}, "
+                             f"unknown {sorted(keys - CHECKPOINT_KEYS)}")
         config = self.config.plain()
         if state['config'] != config:
             diff = {k: (state['config'].get(k), v) for k, v in config.items() if state['config'].get(k) != v}

@@ -201,7 +201,7 @@ def test_fastprogress_missing_names_the_cli_extra(tmp_path):
     done = run('train', '--out', tmp_path / 'run', command=without('fastprogress'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
     assert done.stderr.strip() == ("fastrl_per train: error: train shows progress, plots and writes TensorBoard events "
-                                   "with fastprogress, which is not installed: pip install 'fastrl_per[cli]'")
+                                   f"with fastprogress, which is not installed: {install_line('cli')}")
     assert not (tmp_path / 'run').exists()
 
 
@@ -216,7 +216,7 @@ def test_a_cli_package_failing_to_import_is_named_with_its_error(tmp_path):
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
     assert done.stderr.strip() == (
         "fastrl_per train: error: train needs fastprogress (ModuleNotFoundError: No module named "
-        "'fastrl_per_test_missing_dependency'), installed but failing to import: pip install 'fastrl_per[cli]' "
+        f"'fastrl_per_test_missing_dependency'), installed but failing to import: {install_line('cli')} "
         "installs what it needs")
     assert not (tmp_path / 'run').exists()
 
@@ -224,7 +224,7 @@ def test_a_cli_package_failing_to_import_is_named_with_its_error(tmp_path):
 def test_ale_py_missing_names_the_atari_extra(tmp_path):
     done = run('train', '--env', 'ALE/Pong-v5', '--out', tmp_path / 'run', command=without('ale_py'))
     assert done.returncode == 1 and 'Traceback' not in done.stderr, done.stderr
-    assert done.stderr.strip() == "fastrl_per train: error: Atari envs need ale-py and OpenCV: pip install 'fastrl_per[atari]'"
+    assert done.stderr.strip() == f"fastrl_per train: error: Atari envs need ale-py and OpenCV: {install_line('atari')}"
     assert not (tmp_path / 'run').exists()
 
 

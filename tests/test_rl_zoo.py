@@ -2,13 +2,17 @@
 run as real processes of `rl_zoo3` (train, then enjoy, for `per_dqn` and `per_sac`); each training run again with the
 same `--seed` saves the very same parameters."""
 import os, re, shlex, subprocess, sys
+from importlib.metadata import version
 from pathlib import Path
 import pytest
 import torch
 
-import rl_zoo3  # noqa: F401  (the zoo extra, which tools/test.sh installs: a missing one fails here, not skips)
 from execnb.nbio import read_nb
 from fastrl_per.sb3 import PrioritizedDQN, PrioritizedSAC
+
+# the zoo extra, which tools/test.sh installs: a missing one fails here, not skips. Not imported: importing rl_zoo3
+# replaces gymnasium's TimeLimit for the whole process, and the other tests' envs with it.
+version('rl_zoo3')
 
 ROOT = Path(__file__).parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
