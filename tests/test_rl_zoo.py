@@ -8,7 +8,7 @@ import torch
 
 import rl_zoo3  # noqa: F401  (the zoo extra, which tools/test.sh installs: a missing one fails here, not skips)
 from execnb.nbio import read_nb
-from fastrl_per.sb3 import PrioritizedDQN, PrioritizedSAC
+from fastrl_per.integrations.sb3 import PrioritizedDQN, PrioritizedSAC
 
 ROOT = Path(__file__).parents[1]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')]))
