@@ -19,8 +19,9 @@ from .replay.frames import FrameStorage
 from .replay.sumtree import SumTree
 from .replay.priorities import Priorities, PriorityKind, KINDS
 from .replay.sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
-from .learners.dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ, TDTargets, WeightedLoss,
-                            OptimizerStep, TargetUpdate, SoftUpdate, PriorityFeedback, AnnealBeta, TrainMetrics)
+from .learners.dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ,
+                                     TDTargets, WeightedLoss, OptimizerStep, TargetUpdate, SoftUpdate,
+                                     PriorityFeedback, AnnealBeta, TrainMetrics)
 from .learners.schedules import AnnealLR
 from .learners.conv import NatureQNetwork, MinAtarQNetwork
 from .learners.recurrent import RecurrentQNetwork

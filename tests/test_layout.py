@@ -1,10 +1,14 @@
 """The package's folders are its floors: the foundation modules (checks, core, state) import no other module of the
 package; replay/ and stages/ import only the foundation and their own folder (neither the other); learners/ builds
 on those; run/ on learners/ and below; integrations/ on replay/ and the foundation. No import goes up a floor and
-no two modules import each other, directly or round a cycle. Read from the source with `ast`, as a reviewer would."""
-import ast
+no two modules import each other, directly or round a cycle. Read from the source with `ast` by
+tools/import_graph.py, as a reviewer would."""
+import sys
 from pathlib import Path
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'tools'))
+from import_graph import edges_of   # noqa: E402
 
 PKG = Path(__file__).resolve().parent.parent / 'fastrl_per'
 FOUNDATION = {'checks', 'core', 'state'}
@@ -12,29 +16,7 @@ MAY_IMPORT = {   # a folder, and the folders its modules may import from besides
     'replay': set(), 'stages': set(), 'learners': {'replay', 'stages'}, 'run': {'replay', 'stages', 'learners'},
     'integrations': {'replay'}}
 
-def module_name(path: Path) -> str:
-    return '.'.join(path.relative_to(PKG).with_suffix('').parts)
-
-def imports(path: Path) -> set[str]:
-    "The package's modules that `path` imports, resolved to dotted names below fastrl_per (absolute or relative)."
-    here = module_name(path).split('.')[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here[:len(here) - node.level + 1] + (node.module.split('.') if node.module else [])
-            elif node.module and node.module.split('.')[0] == 'fastrl_per': base = node.module.split('.')[1:]
-            else: continue
-            names = [a.name for a in node.names]
-            for n in names:   # `from . import learner` names a module, `from .memory import X` a name in one
-                dotted = '.'.join(base + [n])
-                found.add(dotted if (PKG / Path(*dotted.split('.'))).with_suffix('.py').exists() else '.'.join(base))
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split('.', 1)[1] for a in node.names if a.name.startswith('fastrl_per.')}
-    return {m for m in found if m}
-
-MODULES = {module_name(p): imports(p) for p in sorted(PKG.rglob('*.py'))
-           if p.name not in ('_modidx.py', '__init__.py', '__main__.py', 'all.py')}
+MODULES = edges_of(PKG)   # tools/import_graph.py reads the imports, in functions too
 
 def folder(module: str) -> str: return module.split('.')[0] if '.' in module else 'foundation'
 
