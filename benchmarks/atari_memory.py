@@ -18,9 +18,9 @@ reports, per stored transition,
 
 for
 
-- (a) **ours**: `fastrl_per.frames.FrameStorage`, each frame once, at `--capacity` (default
+- (a) **ours**: `fastrl_per.replay.frames.FrameStorage`, each frame once, at `--capacity` (default
   1,000,000, the buffer of the Nature DQN paper and of Schaul et al. 2016);
-- (b) **stacked**: `fastrl_per.memory.RingStorage`, one packed row holding both stacks. At one
+- (b) **stacked**: `fastrl_per.replay.memory.RingStorage`, one packed row holding both stacks. At one
   million transitions it would need 56 GB, so its 1,000,000 figure is computed from its row
   type, and it is measured (allocated and RSS) at `--stacked-capacity` (10,000);
 - (c) **SB3** and (d) **SB3 optimised**: stable-baselines3's `ReplayBuffer` without and with
@@ -68,12 +68,12 @@ def one_transition() -> dict:
 def storage_arrays(kind: str, capacity: int) -> list:
     "Allocate one storage of `kind` for `capacity` transitions; return its arrays."
     if kind == 'ours':
-        from fastrl_per.frames import FrameStorage
+        from fastrl_per.replay.frames import FrameStorage
         s, columns = FrameStorage(capacity), one_transition()
         s.write(columns)
         return [getattr(s, name) for name in s.layout(columns)]   # every ring it holds: records, row links, frames
     if kind == 'stacked':
-        from fastrl_per.memory import RingStorage
+        from fastrl_per.replay.memory import RingStorage
         s = RingStorage(capacity)
         s.write(one_transition())
         return [s.rows]
@@ -89,7 +89,7 @@ def imports(kind: str):
     "Import what `kind` needs before the baseline RSS is read."
     import torch, gymnasium  # noqa: F401  (both storages' dependencies)
     if kind.startswith('SB3'): import stable_baselines3  # noqa: F401
-    else: import fastrl_per.frames  # noqa: F401
+    else: import fastrl_per.replay.frames  # noqa: F401
 
 
 def measure(kind: str, capacity: int) -> dict:
@@ -109,7 +109,7 @@ def in_child(kind: str, capacity: int) -> dict:
 
 def stacked_row_bytes() -> int:
     "Bytes of one `RingStorage` row of an Atari transition, from its row type (nothing allocated)."
-    from fastrl_per.memory import packed_dtype
+    from fastrl_per.replay.memory import packed_dtype
     return packed_dtype(one_transition()).itemsize
 
 

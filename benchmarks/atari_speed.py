@@ -55,14 +55,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fastrl_per.atari import atari_defaults
-from fastrl_per.conv import NatureQNetwork
+from fastrl_per.stages.atari import atari_defaults
+from fastrl_per.learners.conv import NatureQNetwork
 from fastrl_per.core import STEP_FIELDS
-from fastrl_per.dqn import EpsilonGreedy, adam, discrete_env_dims
-from fastrl_per.envs import EnvRun
-from fastrl_per.frames import FrameStorage
-from fastrl_per.learner import Learner
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.learners.dqn import EpsilonGreedy, adam, discrete_env_dims
+from fastrl_per.stages.envs import EnvRun
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.learners.learner import Learner
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import alternate, hand_update  # noqa: E402   (turns of equal load and the plain loop's update, shared with the CartPole benchmarks)

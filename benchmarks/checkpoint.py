@@ -75,9 +75,9 @@ def transitions(kind:str, start:int, n:int, pool:np.ndarray|None) -> dict:
 
 
 def make(kind:str, size:int, where:Path|None):
-    from fastrl_per.frames import FrameStorage
-    from fastrl_per.memory import RingStorage
-    from fastrl_per.per import PrioritizedReplayBuffer
+    from fastrl_per.replay.frames import FrameStorage
+    from fastrl_per.replay.memory import RingStorage
+    from fastrl_per.replay.per import PrioritizedReplayBuffer
     storage = (FrameStorage if kind == 'atari' else RingStorage)(size, path=where)
     return PrioritizedReplayBuffer(bs=SAMPLE, seed=0, storage=storage)
 
@@ -258,7 +258,7 @@ def main():
         step, kind, size, storage, d, old, crc = a.child
         torch.set_num_threads(1)
         if crc == 'no-crc':
-            import fastrl_per.store as store
+            import fastrl_per.replay.store as store
             store.crc = lambda a: 0   # every chunk's checksum 0: recorded as such, checked as such
         if step == 'speed': out = speed_child(kind, int(size), Path(d))
         else: out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), old == 'old')

@@ -70,8 +70,8 @@ def reader(*names, keyed:bool=False):
 
 
 def ours(per):
-    from fastrl_per.memory import ReplayBuffer
-    from fastrl_per.per import PrioritizedReplayBuffer
+    from fastrl_per.replay.memory import ReplayBuffer
+    from fastrl_per.replay.per import PrioritizedReplayBuffer
     kind = PrioritizedReplayBuffer if per else ReplayBuffer
     make = lambda envs: kind(N, bs=BS, seed=0)
     read = reader('state', 'action', 'reward', 'next_state', 'terminated', *(['weights'] if per else []))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fastrl_per.cliffwalk import cliffwalk_table
+from fastrl_per.replay.cliffwalk import cliffwalk_table
 
 METHODS = ('uniform', 'proportional', 'rank', 'greedy')
 

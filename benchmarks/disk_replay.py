@@ -9,8 +9,8 @@ each step: it stays far below the buffer's size. The files are deleted at the en
 import argparse, os, shutil, time
 from pathlib import Path
 import numpy as np
-from fastrl_per.memory import RingStorage
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.replay.memory import RingStorage
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 SHAPE, BATCH = (84, 84), 20_000   # an Atari frame as stored by a ring (no frame sharing); rows written per extend
 

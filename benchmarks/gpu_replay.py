@@ -7,8 +7,8 @@ import argparse, time
 import numpy as np
 import torch
 
-from fastrl_per.devicetree import DevicePriorities
-from fastrl_per.priorities import Priorities
+from fastrl_per.replay.devicetree import DevicePriorities
+from fastrl_per.replay.priorities import Priorities
 
 
 def timer(device):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 class EnvSteps:
-    """Steps `env` (a one-env `fastrl_per.envs.EnvRun`) with `agent`; `frames`: env steps so far, `returns`: the
+    """Steps `env` (a one-env `fastrl_per.stages.envs.EnvRun`) with `agent`; `frames`: env steps so far, `returns`: the
     (env step, return) of each finished episode, as `Learner.episodes.returns` records them."""
     def __init__(self, env, agent):
         self.env, self.agent, self.frames, self.returns = env, agent, 0, []

@@ -19,8 +19,8 @@ from multiprocessing import Pool
 import gymnasium as gym
 import numpy as np
 import torch
-from fastrl_per.learner import Learner
-from fastrl_per.train import BestNetwork, greedy_returns, train, evaluate
+from fastrl_per.learners.learner import Learner
+from fastrl_per.run.train import BestNetwork, greedy_returns, train, evaluate
 
 def default(func, name): return inspect.signature(func).parameters[name].default
 EVAL_EVERY, EVAL_EPISODES, CONFIRM_EPISODES, EVAL_SEED = (default(train, k) for k in ('eval_every', 'eval_episodes', 'confirm_episodes', 'eval_seed'))   # `fastrl_per train`'s

@@ -36,15 +36,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fastrl_per.atari import id_defaults, make_env
-from fastrl_per.conv import MinAtarQNetwork
-from fastrl_per.dqn import EpsilonGreedy, adam, discrete_env_dims
-from fastrl_per.envs import EnvRun
-from fastrl_per.learner import Learner
-from fastrl_per.memory import ReplayBuffer
-from fastrl_per.nstep import nstep_discount
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.priorities import kind_defaults
+from fastrl_per.stages.atari import id_defaults, make_env
+from fastrl_per.learners.conv import MinAtarQNetwork
+from fastrl_per.learners.dqn import EpsilonGreedy, adam, discrete_env_dims
+from fastrl_per.stages.envs import EnvRun
+from fastrl_per.learners.learner import Learner
+from fastrl_per.replay.memory import ReplayBuffer
+from fastrl_per.stages.nstep import nstep_discount
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.priorities import kind_defaults
 
 sys.path.insert(0, str(Path(__file__).parent))
 from overhead import alternate  # noqa: E402   (turns of equal load, shared with the CartPole and Pong benchmarks)

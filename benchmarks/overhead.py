@@ -1,9 +1,9 @@
 """Overhead of the `Learner` pipeline against a hand-written DQN loop doing the same work.
 
-Both sides: CartPole-v1 through `fastrl_per.envs.EnvRun` (next-step autoreset, reset rows
-dropped), epsilon-greedy with `fastrl_per.dqn.EpsilonGreedy`, 3-step returns from
-`fastrl_per.nstep.NStepTransitions` (the loop hands it each env step), the
-`fastrl_per.per.PrioritizedReplayBuffer` core, the same `QNetwork` (LayerNorm in its hidden layers), batch size, double-DQN
+Both sides: CartPole-v1 through `fastrl_per.stages.envs.EnvRun` (next-step autoreset, reset rows
+dropped), epsilon-greedy with `fastrl_per.learners.dqn.EpsilonGreedy`, 3-step returns from
+`fastrl_per.stages.nstep.NStepTransitions` (the loop hands it each env step), the
+`fastrl_per.replay.per.PrioritizedReplayBuffer` core, the same `QNetwork` (LayerNorm in its hidden layers), batch size, double-DQN
 target with the n-step discount, importance-weighted smooth L1 loss, gradient-norm clipping at 10, fused Adam, one-call soft target update
 (`SoftUpdate`, parameter lists gathered once), gradients set to None directly, priority update and beta
 anneal, and one metrics row (with `loss.item()` and the mean weight) per update. With the same seed the two produce
@@ -30,11 +30,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fastrl_per.envs import EnvRun
-from fastrl_per.dqn import EpsilonGreedy, QNetwork, SoftUpdate, adam, discrete_env_dims
-from fastrl_per.learner import Learner
-from fastrl_per.nstep import NStepTransitions, nstep_discount
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.stages.envs import EnvRun
+from fastrl_per.learners.dqn import EpsilonGreedy, QNetwork, SoftUpdate, adam, discrete_env_dims
+from fastrl_per.learners.learner import Learner
+from fastrl_per.stages.nstep import NStepTransitions, nstep_discount
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 ENV = 'CartPole-v1'
 GOAL = 1.1

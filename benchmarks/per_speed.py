@@ -20,7 +20,7 @@ In one process, at N CartPole-sized transitions (alpha 0.6, beta 0.4), it times
 
 for
 
-- (a) **ours**: `fastrl_per.per.PrioritizedReplayBuffer`, fed `SimpleStep`s (all ten fields:
+- (a) **ours**: `fastrl_per.replay.per.PrioritizedReplayBuffer`, fed `SimpleStep`s (all ten fields:
   the CartPole ones plus our bookkeeping fields). A sampled batch of ours makes a field's tensor
   when it is first read, so its samples and learner steps here read the five CartPole fields and
   the weights, what the peers hand out;
@@ -216,7 +216,7 @@ FIRST_CALLS = """
 import time
 t0 = time.perf_counter()
 import numpy as np
-from fastrl_per.sumtree import SumTree
+from fastrl_per.replay.sumtree import SumTree
 t1, c1 = time.perf_counter(), time.process_time()
 t = SumTree(100)
 t.update([1, 2, 2], [1., 2., 3.]); t.update_unchecked(np.arange(3), np.ones(3)); t.set_range(5, [4.])
@@ -265,7 +265,7 @@ def main(argv=None):
           f'{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}')
 
     from fastrl_per.core import SimpleStep, STEP_FIELDS
-    from fastrl_per.per import PrioritizedReplayBuffer
+    from fastrl_per.replay.per import PrioritizedReplayBuffer
     import numba
     try:
         import tianshou
@@ -563,7 +563,7 @@ def main(argv=None):
     # --- the kernels' first call in a fresh process
     first = first_call_times()
     print('\n## First call of the sum tree\'s numba kernels, in a fresh process (median of 3 processes)\n')
-    print('| numba cache | import fastrl_per.sumtree, wall s | first call of every kernel, wall s | the same, CPU s '
+    print('| numba cache | import fastrl_per.replay.sumtree, wall s | first call of every kernel, wall s | the same, CPU s '
           '| the same calls again, ms |')
     print('|---|--:|--:|--:|--:|')
     for kind, label in (('cold', 'empty (compiles, then writes the cache)'), ('warm', 'warm (loads the cache)')):

@@ -5,13 +5,13 @@ SIGINT stops it (a checkpoint, then exit); the run directory is kept for `--resu
 
     python benchmarks/pong_checkpoints.py --out runs/pong_ckpt --minutes 15 [--replay-storage disk]
 
-It calls `fastrl_per.train.train` in this process with `save_run` wrapped by a timer: the command's own code path,
+It calls `fastrl_per.run.train.train` in this process with `save_run` wrapped by a timer: the command's own code path,
 flags and defaults (a 1,000,000-transition buffer needs `--steps` of at least that many: the run is planned for 10M
 steps and cut short by the clock).
 """
 import argparse, os, resource, signal, threading, time
 from pathlib import Path
-import fastrl_per.train as train_module
+import fastrl_per.run.train as train_module
 
 def written() -> int:
     "Bytes this process has handed to write calls so far."

@@ -22,7 +22,7 @@ import argparse, gc, statistics, time
 import numpy as np
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 KINDS = ('proportional', 'rank')
 

@@ -15,13 +15,13 @@ learner built with a warmup it never reaches, so it never updates). The ratio co
 import argparse, statistics, time
 import torch
 
-ENV_ID = 'CartPoleNoVelocity-v1'   # registered on import of fastrl_per.recurrent_learner
+ENV_ID = 'CartPoleNoVelocity-v1'   # registered on import of fastrl_per.learners.recurrent_learner
 
 
 def learners(never_updates:bool) -> dict:
     "A fresh learner of each kind at its defaults on `ENV_ID`; with `never_updates`, one that only acts and stores."
-    from fastrl_per.learner import Learner
-    from fastrl_per.recurrent_learner import RecurrentLearner
+    from fastrl_per.learners.learner import Learner
+    from fastrl_per.learners.recurrent_learner import RecurrentLearner
     never = dict(warmup=10**9) if never_updates else {}
     return dict(mlp=Learner(ENV_ID, **never), recurrent=RecurrentLearner(ENV_ID, **never))
 

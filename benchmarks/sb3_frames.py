@@ -6,7 +6,7 @@ Run from the repository root (the sb3 extra installed: `pip install 'fastrl_per[
     python benchmarks/sb3_frames.py                   # sample cost at 20,000; peak memory at 200,000 and 100,000
     python benchmarks/sb3_frames.py --quick           # smoke run: every size divided by 20
 
-The buffers are `fastrl_per.sb3.SB3Buffer` and `PrioritizedSB3Buffer` with `optimize_memory_usage=True` (each frame
+The buffers are `fastrl_per.integrations.sb3.SB3Buffer` and `PrioritizedSB3Buffer` with `optimize_memory_usage=True` (each frame
 kept once, in a `FrameStorage`) and SB3's `ReplayBuffer` with `optimize_memory_usage=True` (one stack a step, the next
 observation read from the next row; SB3 allows it only with `handle_timeout_termination=False`). Each is filled through
 `add`, as SB3's off-policy loop fills it, with Atari-shaped steps of `n_envs` envs: stacks of four 84×84 uint8 frames
@@ -32,7 +32,7 @@ def make(kind:str, size:int, n_envs:int):
     "An empty buffer of `kind` for `size` transitions of `n_envs` Atari envs."
     from gymnasium import spaces
     from stable_baselines3.common.buffers import ReplayBuffer
-    from fastrl_per.sb3 import SB3Buffer, PrioritizedSB3Buffer
+    from fastrl_per.integrations.sb3 import SB3Buffer, PrioritizedSB3Buffer
     obs, act = spaces.Box(0, 255, (STACK, SIDE, SIDE), np.uint8), spaces.Discrete(N_ACTIONS)
     if kind == KINDS[0]:
         return ReplayBuffer(size, obs, act, device='cpu', n_envs=n_envs, optimize_memory_usage=True,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Stable-Baselines3's `DQN`, `SAC` and `TD3` against `fastrl_per.sb3`'s prioritized classes at RL Zoo's settings.
+"""Stable-Baselines3's `DQN`, `SAC` and `TD3` against `fastrl_per.integrations.sb3`'s prioritized classes at RL Zoo's settings.
 
 Run from the repository root (the sb3 extra installed: `pip install 'fastrl_per[sb3]'`):
 
@@ -50,13 +50,13 @@ ZOO = {'DQN': DQN_ZOO,
 
 def make_model(algo:str, prioritized:bool, env_id:str, seed:int, buffer_kwargs:dict):
     "SB3's `algo`, or its prioritized class, at RL Zoo's settings for `env_id`, minus `n_timesteps`."
-    import stable_baselines3, fastrl_per.sb3
+    import stable_baselines3, fastrl_per.integrations.sb3
     from stable_baselines3.common.noise import NormalActionNoise
     hp = {k: v for k, v in ZOO[algo][env_id].items() if k != 'n_timesteps'}
     if 'noise_std' in hp:
         hp['action_noise'] = NormalActionNoise(np.zeros(1), hp.pop('noise_std') * np.ones(1))
     if not prioritized: return getattr(stable_baselines3, algo)('MlpPolicy', env_id, seed=seed, **hp)
-    base = getattr(fastrl_per.sb3, f'Prioritized{algo}')
+    base = getattr(fastrl_per.integrations.sb3, f'Prioritized{algo}')
 
     class WeightsSeen(base):   # keeps the mean importance weight of every `train` call
         def train(self, gradient_steps:int, batch_size:int=100) -> None:

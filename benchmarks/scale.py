@@ -68,7 +68,7 @@ def peak_mb(pid=None) -> float:
 
 def run_learner(env_id, steps, collector=None):
     "The Learner in one process, or with `collector` ('process' or 'thread'): `fastrl_per train --collector`'s learner, its defaults included."
-    from fastrl_per.learner import Learner
+    from fastrl_per.learners.learner import Learner
     with Learner(env_id, seed=0, total_steps=steps, bs=64, collector=collector) as learner:
         source = learner.collector
         if source:
@@ -83,7 +83,7 @@ def run_learner(env_id, steps, collector=None):
 
 def run_apex(env_id, steps, actors):
     import ray
-    from fastrl_per.apex import ApexRun, ray_get
+    from fastrl_per.learners.apex import ApexRun, ray_get
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=dict(worker_process_setup_hook=register_padded))
     run = ApexRun(env_id, actors=actors, seed=0, total_steps=steps, bs=64, chunk=50, replay_ratio=1.).start()
     try:
@@ -107,8 +107,8 @@ def capacity(repeats=300):
     "µs per add of 64 and per sample of 256 plus its update, in process and through a Ray actor."
     import ray
     from fastrl_per.core import SimpleStep
-    from fastrl_per.envs import GymTransformBlock
-    from fastrl_per.apex import ReplayServer, ray_get
+    from fastrl_per.stages.envs import GymTransformBlock
+    from fastrl_per.learners.apex import ReplayServer, ray_get
     steps = SimpleStep.from_steps(list(GymTransformBlock(None, n=64, seed=0)(['CartPole-v1']).unbatch().nstep(3, 0.99)))[:64]
     td = torch.rand(64)
     def timed(add, sample_update):
@@ -140,7 +140,7 @@ def shard_throughput(steps, cluster:bool, actors=8, actor_cpus=0.25):
         import tempfile
         os.environ.update(RAY_TMPDIR=tempfile.mkdtemp(prefix='rc', dir='/tmp'), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER='0')
     import ray
-    from fastrl_per.apex import ApexRun, ray_get
+    from fastrl_per.learners.apex import ApexRun, ray_get
     torch.set_num_threads(1)
     nodes = None
     if cluster:
@@ -187,8 +187,8 @@ def gil_cost(updates=2000):
     import threading
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from overhead import HandLoop
-    from fastrl_per.envs import EnvRun
-    from fastrl_per.dqn import EpsilonGreedy, QNetwork
+    from fastrl_per.stages.envs import EnvRun
+    from fastrl_per.learners.dqn import EpsilonGreedy, QNetwork
     torch.set_num_threads(1)
     loop = HandLoop(0, 20_000)
     loop.fit(2_000)

@@ -11,7 +11,7 @@ Run from the repository root:
         --eval-every 5000 --replays uniform proportional lap --runs cheetah.jsonl   # LAP's paper's settings (mujoco)
     python benchmarks/td3_own_loop.py --table-only cheetah.jsonl   # the table of the runs a file holds
 
-Each run is `fastrl_per.td3.td3` with its defaults, the same for both buffers (nothing is tuned
+Each run is `fastrl_per.learners.td3.td3` with its defaults, the same for both buffers (nothing is tuned
 for either): every `--eval-every` env steps the greedy policy plays 10 episodes, and the table
 gives the first env step at which their mean return reached the goal (-200), the best and the
 last mean return. One torch thread per run; runs go one after the other.
@@ -26,15 +26,15 @@ from __future__ import annotations
 import argparse, inspect, json, time
 import numpy as np
 import torch
-from fastrl_per.td3 import td3
-from fastrl_per.priorities import KINDS
+from fastrl_per.learners.td3 import td3
+from fastrl_per.replay.priorities import KINDS
 
 GOAL = -200.
 
-# The buffer lines of the loop in `fastrl_per.td3.td3`, for each library: `make` once, `add` each env step, then each
+# The buffer lines of the loop in `fastrl_per.learners.td3.td3`, for each library: `make` once, `add` each env step, then each
 # update `sample` (the fields the loss reads, on `dev`, and the weights), `feedback` of the (B, 1) TD error, `anneal`.
 def fastrl_per_lines(obs_dim, act_dim, n, bs, dev):
-    from fastrl_per.per import PrioritizedReplayBuffer
+    from fastrl_per.replay.per import PrioritizedReplayBuffer
     rb = PrioritizedReplayBuffer(max_sz=n, bs=bs, alpha=0.6, beta=0.4, seed=0)
     def add(o, a, r, o2, term, noise): rb.add(state=o, action=a, reward=r, next_state=o2, terminated=term, noise=noise)
     def sample():

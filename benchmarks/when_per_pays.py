@@ -29,8 +29,8 @@ RANDOM_EPISODES = 100
 
 def run(job) -> dict:
     "One run of `train` at the defaults but `solved=0`: its row (the curve as `frame:return` pairs)."
-    from fastrl_per.rundir import read_metrics
-    from fastrl_per.train import train
+    from fastrl_per.run.rundir import read_metrics
+    from fastrl_per.run.train import train
     env, kind, seed, steps = job
     replay = dict(replay='uniform') if kind == 'uniform' else dict(replay='per', prioritization=kind)
     with tempfile.TemporaryDirectory() as d:

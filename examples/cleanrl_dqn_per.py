@@ -34,9 +34,9 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 from torch.utils.tensorboard import SummaryWriter
-from fastrl_per.memory import ReplayBuffer
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.priorities import EPS, WEIGHT_NORM
+from fastrl_per.replay.memory import ReplayBuffer
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.priorities import EPS, WEIGHT_NORM
 
 
 @dataclasses.dataclass

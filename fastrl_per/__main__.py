@@ -7,5 +7,5 @@ __all__ = []
 
 # %% ../nbs/08a_main.ipynb #60a11e48
 #| eval: false
-from .cli import main
+from .run.cli import main
 if __name__ == '__main__': main()

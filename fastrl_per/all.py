@@ -8,31 +8,32 @@ __all__ = []
 # %% ../nbs/99_all.ipynb #e005554a
 from .core import SimpleStep
 from .state import Stateful
-from .pipes import UnbatchSteps, BatchSteps
-from .envs import GymStepper, GymTransformBlock
-from .nstep import NStepTransitions
-from .atari import make_env
-from .collect import AsyncCollector
-from .memory import Storage, RingStorage, ReplayBuffer, ExperienceReplay
-from .per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from .frames import FrameStorage
-from .sumtree import SumTree
-from .priorities import Priorities, PriorityKind, KINDS
-from .sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
-from .dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ, TDTargets, WeightedLoss,
-                            OptimizerStep, TargetUpdate, SoftUpdate, PriorityFeedback, AnnealBeta, TrainMetrics)
-from .schedules import AnnealLR
-from .conv import NatureQNetwork, MinAtarQNetwork
-from .recurrent import RecurrentQNetwork
-from .learner import Learner
-from .recurrent_learner import RecurrentLearner
-from .apex import ApexRun
-from .train import train, evaluate, RunInterrupted
+from .stages.pipes import UnbatchSteps, BatchSteps
+from .stages.envs import GymStepper, GymTransformBlock
+from .stages.nstep import NStepTransitions
+from .stages.atari import make_env
+from .learners.collect import AsyncCollector
+from .replay.memory import Storage, RingStorage, ReplayBuffer, ExperienceReplay
+from .replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
+from .replay.frames import FrameStorage
+from .replay.sumtree import SumTree
+from .replay.priorities import Priorities, PriorityKind, KINDS
+from .replay.sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
+from .learners.dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ,
+                                     TDTargets, WeightedLoss, OptimizerStep, TargetUpdate, SoftUpdate,
+                                     PriorityFeedback, AnnealBeta, TrainMetrics)
+from .learners.schedules import AnnealLR
+from .learners.conv import NatureQNetwork, MinAtarQNetwork
+from .learners.recurrent import RecurrentQNetwork
+from .learners.learner import Learner
+from .learners.recurrent_learner import RecurrentLearner
+from .learners.apex import ApexRun
+from .run.train import train, evaluate, RunInterrupted
 
 # the public API: the record type, the stages, the buffers and the storages they are given, the networks, the
 # learners and the command's functions, and the extension points (docs/extend.md: the storage interface, the
 # prioritization kinds and their registry, the state protocol); helpers stay importable from their modules
-# (`from fastrl_per.rundir import read_metrics`)
+# (`from fastrl_per.run.rundir import read_metrics`)
 __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions',
            'make_env', 'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer',
            'PrioritizedExperienceReplay', 'RingStorage', 'FrameStorage', 'SumTree',

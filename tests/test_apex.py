@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.dqn import QNetwork
-from fastrl_per.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, batch_td_errors, ray_get
-from fastrl_per.store import SavedArrays
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.learners.dqn import QNetwork
+from fastrl_per.learners.apex import ReplayServer, ApexActor, ApexRun, apex_epsilons, batch_td_errors, ray_get
+from fastrl_per.replay.store import SavedArrays
 from conftest import wait_for_saved_steps
 from test_cli import COMMAND, interrupt   # the single-process run's SIGINT test: start a long run, signal it once it has checkpointed
 
@@ -135,7 +135,7 @@ def command(*args, timeout=240):
 
 def test_actors_refuse_what_apex_does_not_take(tmp_path):
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
-    from fastrl_per.train import train
+    from fastrl_per.run.train import train
     with pytest.raises(ValueError, match='`dueling` does not apply to `actors`'): train(actors=1, dueling=True, out=tmp_path / 'a')
     with pytest.raises(ValueError, match=r"`actors` trains the mlp Q-network \(Ape-X\), not model='recurrent'"):
         train(actors=1, model='recurrent', out=tmp_path / 'a')
@@ -183,7 +183,7 @@ def test_apex_run_stops_on_sigint_resumes_and_evaluates(tmp_path):
 def test_one_actor_runs_the_learners_algorithm():
     "With one actor, Ape-X is the single-process Learner (3-step returns, Ape-X's default) made asynchronous: same initial network, exploration and beta schedules, update count and loss scale on the same seed."
     pytest.importorskip('ray', reason="Ape-X needs the ray extra: pip install 'fastrl_per[ray]'")
-    from fastrl_per.learner import Learner
+    from fastrl_per.learners.learner import Learner
     torch.set_num_threads(1)
     steps = 1_500
     run = ApexRun('CartPole-v1', actors=1, seed=0, total_steps=steps, timeout=60)
@@ -217,7 +217,7 @@ def test_one_actor_runs_the_learners_algorithm():
 def test_shards_sample_the_distribution_of_one_buffer():
     "8 transitions with distinct priorities split over 3 shards (3, 3, 2): drawn as often as from one buffer, with its weights."
     from test_per import make_step, chi_square, CHI2_7DF_P001, TD8
-    from fastrl_per.apex import shard_counts, join_shards
+    from fastrl_per.learners.apex import shard_counts, join_shards
     steps = SimpleStep.from_steps([make_step(i) for i in range(8)])
     alpha, beta, eps = 0.6, 0.4, 1e-6
     leaves = (TD8 + eps) ** alpha

@@ -2,7 +2,7 @@
 import importlib.util, re, sys
 import numpy as np
 import pytest
-from fastrl_per.atari import is_atari, make_atari_env, make_atari_vector_env, register_atari
+from fastrl_per.stages.atari import is_atari, make_atari_env, make_atari_vector_env, register_atari
 
 needs_ale = pytest.mark.skipif(importlib.util.find_spec('ale_py') is None,
                                reason="ale-py is not installed: pip install 'fastrl_per[atari]'")
@@ -79,12 +79,12 @@ import csv, os, subprocess
 from pathlib import Path
 import torch
 from fastrl_per.core import SimpleStep
-from fastrl_per.frames import FrameStorage
-from fastrl_per.memory import ReplayBuffer
-from fastrl_per.store import SavedArrays
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.learner import Learner
-from fastrl_per.cli import main
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.replay.memory import ReplayBuffer
+from fastrl_per.replay.store import SavedArrays
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.learners.learner import Learner
+from fastrl_per.run.cli import main
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 ENV = dict(os.environ, OMP_NUM_THREADS='1')  # `evaluate` uses torch's default threads; one is fastest for these small batches

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import fastrl_per
-from fastrl_per.learner import Learner
-from fastrl_per.recurrent_learner import RecurrentLearner
-from fastrl_per.rundir import installed_version
-from fastrl_per.train import command_name
+from fastrl_per.learners.learner import Learner
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
+from fastrl_per.run.rundir import installed_version
+from fastrl_per.run.train import command_name
 from conftest import wait_for_saved_steps, release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,7 +305,7 @@ def test_evaluate_video_records_each_step(short_run, tmp_path):
 
 
 def test_evaluate_video_without_the_extra_names_it(short_run):
-    block = 'import sys; sys.modules["moviepy"] = None; from fastrl_per.cli import main; main()'
+    block = 'import sys; sys.modules["moviepy"] = None; from fastrl_per.run.cli import main; main()'
     done = run('evaluate', short_run, '--video', command=[sys.executable, '-c', block])
     assert_one_line_error(done, "pip install 'fastrl_per[video]'")
     assert not (short_run / 'videos').exists()
@@ -375,7 +375,7 @@ def test_the_plot_is_a_two_by_two_grid_readable_shrunk(tmp_path):
     assert (out / 'replay').is_dir()
     height, width = matplotlib.image.imread(out / 'plot.png').shape[:2]
     assert (width, height) == (1000, 750)
-    from fastrl_per.monitor import plot_metrics
+    from fastrl_per.run.monitor import plot_metrics
     import matplotlib.pyplot as plt
     seen = {}
     original = plt.Figure.savefig

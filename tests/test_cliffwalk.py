@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastrl_per.cliffwalk import METHODS, Cliffwalk, cliffwalk_memory, true_q, updates_to_learn
+from fastrl_per.replay.cliffwalk import METHODS, Cliffwalk, cliffwalk_memory, true_q, updates_to_learn
 
 SEEDS = range(10)
 

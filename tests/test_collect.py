@@ -4,11 +4,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fastrl_per.dqn import QNetwork
-from fastrl_per.learner import Learner
-from fastrl_per.pipes import UnbatchSteps
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.collect import AsyncCollector, Publish
+from fastrl_per.learners.dqn import QNetwork
+from fastrl_per.learners.learner import Learner
+from fastrl_per.stages.pipes import UnbatchSteps
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.learners.collect import AsyncCollector, Publish
 from conftest import wait_for_saved_steps
 
 
@@ -112,7 +112,7 @@ def test_close_waits_for_the_worker_process_even_under_load(busy_loops):
     assert not worker.is_alive() and worker.exitcode == 0 and multiprocessing.active_children() == []
 
 def test_a_worker_that_does_not_exit_is_terminated_with_a_warning():
-    from fastrl_per.collect import join_worker
+    from fastrl_per.learners.collect import join_worker
     stuck = multiprocessing.get_context('spawn').Process(target=time.sleep, args=(60,))
     stuck.start()
     with pytest.warns(RuntimeWarning, match='did not exit within 0.5 s'): join_worker(stuck, 0.5)

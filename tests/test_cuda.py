@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from test_fields import KINDS, FRAME_PRIORITIZED, filled, flat, assert_same_state
-from fastrl_per.learner import Learner
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.td3 import td3
+from fastrl_per.learners.learner import Learner
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.learners.td3 import td3
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
 

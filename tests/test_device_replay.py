@@ -1,4 +1,4 @@
-"""The device path (`fastrl_per.devicetree`) against the host one, on `device='cpu'`: the tree's sums and draws, the
+"""The device path (`fastrl_per.replay.devicetree`) against the host one, on `device='cpu'`: the tree's sums and draws, the
 priority core's draws, weights, stale rule and max priority, float32 trees on adversarial priorities, the state."""
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from fastrl_per.devicetree import DevicePriorities, DeviceSumTree, last_writes
-from fastrl_per.priorities import Priorities
-from fastrl_per.sumtree import SumTree
+from fastrl_per.replay.devicetree import DevicePriorities, DeviceSumTree, last_writes
+from fastrl_per.replay.priorities import Priorities
+from fastrl_per.replay.sumtree import SumTree
 
 
 class Given:
@@ -223,8 +223,8 @@ def test_alpha_re_lays_the_tree_as_the_host_does():
 
 from conftest import assert_refused_unchanged, assert_state_equal
 from fastrl_per.core import SimpleStep
-from fastrl_per.memory import DeviceStorage, ReplayBuffer
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.replay.memory import DeviceStorage, ReplayBuffer
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 BUFFERS = [ReplayBuffer, PrioritizedReplayBuffer]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl_per.dqn import OneHot, QNetwork, env_dims, discrete_env_dims
-from fastrl_per.learner import Learner
-from fastrl_per.recurrent_learner import RecurrentLearner
+from fastrl_per.learners.dqn import OneHot, QNetwork, env_dims, discrete_env_dims
+from fastrl_per.learners.learner import Learner
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
+from fastrl_per.stages.envs import GymTransformBlock
 
 
 def stream(env_id, n, seed, agent=None, nenvs=1):

@@ -16,8 +16,8 @@ from fastrl_per.checks import install_line
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.per import PrioritizedExperienceReplay
-from fastrl_per.monitor import RunBoard
+from fastrl_per.replay.per import PrioritizedExperienceReplay
+from fastrl_per.run.monitor import RunBoard
 from test_cli import metrics   # metrics.csv rows, the update rows by default
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -33,7 +33,7 @@ def run(*args, command=COMMAND, check=None):
 
 def without(module):
     "The command run by a Python that finds `module` missing (None in sys.modules stops its import)."
-    return [sys.executable, '-c', f'import sys; sys.modules[{module!r}] = None; from fastrl_per.cli import main; main()']
+    return [sys.executable, '-c', f'import sys; sys.modules[{module!r}] = None; from fastrl_per.run.cli import main; main()']
 
 
 def scalars(run_dir) -> dict:
@@ -245,8 +245,8 @@ def test_evaluating_leaves_training_as_it_was(tmp_path, learner):
 
 def test_a_budget_ending_on_open_n_step_windows_still_evaluates_the_final_network(tmp_path):
     "With 3-step returns the first two steps of an episode store nothing: a run whose budget ends there evaluates on its last update's row."
-    from fastrl_per.learner import Learner
-    from fastrl_per.train import train
+    from fastrl_per.learners.learner import Learner
+    from fastrl_per.run.train import train
     torch.set_num_threads(1)
     probe = Learner('CartPole-v1', seed=0, total_steps=400, bs=16, n_step=3)
     probe.fit(400)

@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import SimpleStep, STEP_FIELDS
-from fastrl_per.memory import ReplayBuffer, copier, pinned_copy
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.frames import FrameStorage
+from fastrl_per.replay.memory import ReplayBuffer, copier, pinned_copy
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.frames import FrameStorage
 
 
 def with_frames(buffer):

@@ -5,8 +5,8 @@ import pytest
 import numpy as np
 import torch
 from fastrl_per.all import ReplayBuffer, PrioritizedReplayBuffer
-from fastrl_per.train import train
-from fastrl_per.rundir import load_checkpoint
+from fastrl_per.run.train import train
+from fastrl_per.run.rundir import load_checkpoint
 from conftest import wait_for_saved_steps
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)

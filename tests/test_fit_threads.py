@@ -7,10 +7,10 @@ from types import MappingProxyType
 import pytest
 import torch
 
-from fastrl_per.learner import Learner, torch_threads
-from fastrl_per.recurrent_learner import RecurrentLearner
-from fastrl_per import factories
-from fastrl_per.train import train
+from fastrl_per.learners.learner import Learner, torch_threads
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
+from fastrl_per.run import factories
+from fastrl_per.run.train import train
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import SimpleStep, STEP_FIELDS
-from fastrl_per.frames import FrameStorage
-from fastrl_per.sumtree import SumTree
-from fastrl_per.nstep import NStepTransitions
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.replay.sumtree import SumTree
+from fastrl_per.stages.nstep import NStepTransitions
 
 
 def env_stream(seed, nenvs, stack, n, p_end, alphabet, frame_shape=(1, 2)):
@@ -234,7 +234,7 @@ def test_bad_sizes(kwargs, message):
 
 @pytest.mark.skipif(importlib.util.find_spec('ale_py') is None, reason="ale-py is not installed: pip install 'fastrl_per[atari]'")
 def test_real_pong_frames_from_two_interleaved_sub_envs():
-    from fastrl_per.atari import make_atari_vector_env
+    from fastrl_per.stages.atari import make_atari_vector_env
     envs = make_atari_vector_env('ALE/Pong-v5', nenvs=2, max_episode_steps=12)
     obs, _ = envs.reset(seed=3)
     rng, resetting, steps = np.random.default_rng(0), np.zeros(2, bool), []

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.priorities import Priorities, PriorityKind, KINDS, LAP, kind_class
-from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from fastrl_per.sequence import PrioritizedSequenceReplay, Episode
-from fastrl_per.learner import Learner
+from fastrl_per.replay.priorities import Priorities, PriorityKind, KINDS, LAP, kind_class
+from fastrl_per.replay.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
+from fastrl_per.replay.sequence import PrioritizedSequenceReplay, Episode
+from fastrl_per.learners.learner import Learner
 from conftest import assert_state_equal
 from test_per import steps, chi_square
 

@@ -16,18 +16,18 @@ import torch.nn as nn
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
-import fastrl_per.rundir as rundir_mod
-from fastrl_per.store import SavedArrays
+import fastrl_per.run.rundir as rundir_mod
+from fastrl_per.replay.store import SavedArrays
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.dqn import (AnnealBeta, OnlineQ, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate, TDTargets,
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.learners.dqn import (AnnealBeta, OnlineQ, OptimizerStep, PriorityFeedback, QNetwork, TargetUpdate, TDTargets,
                             TrainStep, WeightedLoss, td_target)
-from fastrl_per.learner import Learner
-from fastrl_per.memory import ExperienceReplay
-from fastrl_per.per import PrioritizedExperienceReplay
-from fastrl_per.pipes import find_upstream
-from fastrl_per.train import evaluate, greedy_returns, train
-from fastrl_per.rundir import load_checkpoint, read_metrics
+from fastrl_per.learners.learner import Learner
+from fastrl_per.replay.memory import ExperienceReplay
+from fastrl_per.replay.per import PrioritizedExperienceReplay
+from fastrl_per.stages.pipes import find_upstream
+from fastrl_per.run.train import evaluate, greedy_returns, train
+from fastrl_per.run.rundir import load_checkpoint, read_metrics
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
@@ -564,7 +564,7 @@ def test_n_step_transitions_reach_the_buffer_and_the_targets():
     assert set(stored.n_steps.tolist()) <= {1, 2, 3} and (stored.n_steps == 3).sum() > len(stored) // 2
     live = stored[~stored.terminated]
     # a non-terminal 3-step transition bootstraps with 0.9 ** 3
-    from fastrl_per.dqn import td_target
+    from fastrl_per.learners.dqn import td_target
     batch = live[:8]
     zero = torch.nn.Linear(4, 2)
     torch.nn.init.zeros_(zero.weight); torch.nn.init.ones_(zero.bias)   # Q(s', ·) = 1 everywhere
@@ -572,7 +572,7 @@ def test_n_step_transitions_reach_the_buffer_and_the_targets():
 
 
 def test_dueling_head_is_used_and_trains():
-    from fastrl_per.dqn import DuelingHead
+    from fastrl_per.learners.dqn import DuelingHead
     learner = Learner('CartPole-v1', seed=0, total_steps=300, dueling=True)
     assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.core.target_model[-1], DuelingHead)
     rows = learner.fit(300)
@@ -641,8 +641,8 @@ def test_a_version_2_checkpoint_resumes_with_the_network_it_was_written_by(base_
 @pytest.mark.parametrize('cls', ['Learner', 'RecurrentLearner', 'ApexRun'])
 def test_arguments_after_env_id_are_keywords_and_unknown_ones_refused(cls):
     "A position past env_id would land on another argument than the caller meant (the shared ones are delegated)."
-    from fastrl_per.recurrent_learner import RecurrentLearner
-    from fastrl_per.apex import ApexRun
+    from fastrl_per.learners.recurrent_learner import RecurrentLearner
+    from fastrl_per.learners.apex import ApexRun
     learner = dict(Learner=Learner, RecurrentLearner=RecurrentLearner, ApexRun=ApexRun)[cls]
     with pytest.raises(TypeError, match='positional'): learner('CartPole-v1', 'per', 5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'sede'"): learner('CartPole-v1', sede=1)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastrl_per.learner import Learner
-from fastrl_per.recurrent_learner import RecurrentLearner
+from fastrl_per.learners.learner import Learner
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
 
 ROOT = Path(__file__).parent.parent
 

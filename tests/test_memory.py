@@ -12,8 +12,8 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.graph import traverse_dps
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.memory import ExperienceReplay
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.replay.memory import ExperienceReplay
 from conftest import assert_state_equal
 
 

@@ -9,10 +9,10 @@ import torch
 
 pytest.importorskip('minatar')
 
-from fastrl_per.conv import MinAtarQNetwork
-from fastrl_per.dqn import discrete_env_dims
-from fastrl_per.learner import Learner
-from fastrl_per.train import new_learner
+from fastrl_per.learners.conv import MinAtarQNetwork
+from fastrl_per.learners.dqn import discrete_env_dims
+from fastrl_per.learners.learner import Learner
+from fastrl_per.run.train import new_learner
 from test_cli import run
 
 

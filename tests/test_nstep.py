@@ -11,10 +11,10 @@ from hypothesis import given, settings, strategies as st
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from fastrl_per.core import SimpleStep, STEP_FIELDS
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.memory import ExperienceReplay
-from fastrl_per.nstep import NStepTransitions, nstep_discount
-from fastrl_per.per import PrioritizedExperienceReplay
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.replay.memory import ExperienceReplay
+from fastrl_per.stages.nstep import NStepTransitions, nstep_discount
+from fastrl_per.replay.per import PrioritizedExperienceReplay
 
 
 def mk(env, t, r, ep=0, term=False, trunc=False):

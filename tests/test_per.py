@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.memory import ExperienceReplay, ReplayBuffer
-from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.replay.memory import ExperienceReplay, ReplayBuffer
+from fastrl_per.replay.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
 from conftest import assert_state_equal, assert_unchanged, assert_refused_unchanged, snapshot
 
 EPS = 1e-6          # the default eps

@@ -8,10 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import SimpleStep
 from functools import partial
-from fastrl_per.priorities import Priorities, RankHeap, Proportional, kind_class
-from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from fastrl_per.sequence import PrioritizedSequenceReplay
-from fastrl_per.learner import Learner
+from fastrl_per.replay.priorities import Priorities, RankHeap, Proportional, kind_class
+from fastrl_per.replay.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
+from fastrl_per.replay.sequence import PrioritizedSequenceReplay
+from fastrl_per.learners.learner import Learner
 from conftest import assert_state_equal, assert_refused_unchanged
 from test_per import steps, TD8
 
@@ -161,7 +161,7 @@ def test_pipe_and_sequence_buffer_offer_rank():
     assert pipe.prioritizer.prioritization == 'rank' and (pipe.alpha, pipe.beta) == (0.7, 0.5)
     pipe.update_priorities(pipe.sample(2).idxs, [1., 2.])
     seq = PrioritizedSequenceReplay(capacity=100, seed=0, prioritization='rank')
-    from fastrl_per.sequence import Episode
+    from fastrl_per.replay.sequence import Episode
     for e in range(4): seq.add(Episode(steps(5, start=10 * e)))
     batch = seq.sample_prioritized(4, 3)
     seq.update_priorities(batch.indices, np.arange(4.))

@@ -7,11 +7,11 @@ import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymStepper
-from fastrl_per.pipes import UnbatchSteps
-from fastrl_per.recurrent import RecurrentQNetwork
-from fastrl_per.recurrent_learner import RecurrentEpsilonGreedy, RecurrentLearner, WithRecurrentState, sequence_step
-from fastrl_per.sequence import PendingEpisodes, PrioritizedBatch, PrioritizedSequenceReplay
+from fastrl_per.stages.envs import GymStepper
+from fastrl_per.stages.pipes import UnbatchSteps
+from fastrl_per.learners.recurrent import RecurrentQNetwork
+from fastrl_per.learners.recurrent_learner import RecurrentEpsilonGreedy, RecurrentLearner, WithRecurrentState, sequence_step
+from fastrl_per.replay.sequence import PendingEpisodes, PrioritizedBatch, PrioritizedSequenceReplay
 
 SMALL = dict(seed=0, total_steps=2_000, bs=8, length=4, burn_in=2, warmup=100)
 

@@ -1,10 +1,10 @@
-"Tests for `fastrl_per.recurrent`: shapes, parameter count, batch independence, gradients, bad inputs."
+"Tests for `fastrl_per.learners.recurrent`: shapes, parameter count, batch independence, gradients, bad inputs."
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from fastrl_per.recurrent import RecurrentQNetwork, recurrent_param_count
+from fastrl_per.learners.recurrent import RecurrentQNetwork, recurrent_param_count
 
 DA_PAIRS = [(1, 1), (2, 2), (4, 2), (8, 3), (17, 6), (128, 18)]
 

@@ -5,12 +5,12 @@ import random, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
-import fastrl_per.store as store
-from fastrl_per.learner import Learner
-from fastrl_per.store import SavedArrays, STATE_FILE, JOURNAL
-from fastrl_per.rundir import load_checkpoint, save_checkpoint, replay_saves, REPLAY_DIR, PENDING
-from fastrl_per.factories import restore_learner
-from fastrl_per.train import train, evaluate
+import fastrl_per.replay.store as store
+from fastrl_per.learners.learner import Learner
+from fastrl_per.replay.store import SavedArrays, STATE_FILE, JOURNAL
+from fastrl_per.run.rundir import load_checkpoint, save_checkpoint, replay_saves, REPLAY_DIR, PENDING
+from fastrl_per.run.factories import restore_learner
+from fastrl_per.run.train import train, evaluate
 from conftest import wait_for_saved_steps
 from test_resume import assert_same, run_state, COMMAND
 
@@ -58,7 +58,7 @@ def test_atari_frames_on_disk_resume_from_the_pair(tmp_path):
     """Pong's frames (a `FrameStorage` memory-mapped in replay/) through two checkpoints: the learner restored from the pair
     holds the buffer and networks saved (Pong-v5's sticky actions make its envs start fresh episodes: no exact rows)."""
     pytest.importorskip('ale_py')
-    from fastrl_per.atari import atari_defaults
+    from fastrl_per.stages.atari import atari_defaults
     kwargs = dict(seed=0, **dict(atari_defaults(600), max_sz=400, warmup=100, bs=8))
     first = Learner('ALE/Pong-v5', replay_storage='disk', replay_dir=tmp_path / REPLAY_DIR, **kwargs)
     first.fit(200); save_checkpoint(tmp_path, first)
@@ -174,7 +174,7 @@ def test_a_run_killed_at_random_moments_resumes_to_the_run_never_killed(tmp_path
 
 KILL_AT_RENAME = """
 import os, signal, sys
-from fastrl_per.train import train
+from fastrl_per.run.train import train
 real, seen = os.replace, []
 def replace(src, dst):   # SIGKILL the process at its third checkpoint: its replay is saved, checkpoint.pt not yet
     if str(src).endswith('checkpoint.next.pt'):

@@ -2,11 +2,11 @@
 import io, math
 import pytest
 import torch
-from fastrl_per.learner import Learner
-from fastrl_per.recurrent_learner import RecurrentLearner
-from fastrl_per.apex import ApexRun
-from fastrl_per.rundir import load_checkpoint
-from fastrl_per.factories import restore_learner
+from fastrl_per.learners.learner import Learner
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
+from fastrl_per.learners.apex import ApexRun
+from fastrl_per.run.rundir import load_checkpoint
+from fastrl_per.run.factories import restore_learner
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
 
@@ -112,7 +112,7 @@ def test_a_version_4_checkpoint_resumes(make, tmp_path):
 import signal, subprocess, sys
 from pathlib import Path
 import gymnasium as gym
-from fastrl_per.train import train
+from fastrl_per.run.train import train
 from conftest import wait_for_saved_steps
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -184,8 +184,8 @@ def test_atari_envs_continue_exactly_through_the_emulator_state():
     "ale-py's `cloneState(include_rng=True)`, serialised, restores an Atari episode in progress behind the DQN preprocessing; with sticky actions (the v5 default) the action a sticky step repeats is not in that state, so those envs start fresh episodes."
     ale_py = pytest.importorskip('ale_py')
     gym.register_envs(ale_py)
-    from fastrl_per.envs import EnvRun, env_state, check_env_state, set_env_state
-    from fastrl_per.atari import make_atari_env
+    from fastrl_per.stages.envs import EnvRun, env_state, check_env_state, set_env_state
+    from fastrl_per.stages.atari import make_atari_env
     run = EnvRun('ALE/Pong-v5', 1, seed=0)
     for _ in range(10): run.step()
     assert 'sticky actions' in run.state_dict()['unsaved']

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from execnb.nbio import read_nb
-from fastrl_per.sb3 import PrioritizedDQN, PrioritizedSAC
+from fastrl_per.integrations.sb3 import PrioritizedDQN, PrioritizedSAC
 
 # the zoo extra, which tools/test.sh installs: a missing one fails here, not skips. Not imported: importing rl_zoo3
 # replaces gymnasium's TimeLimit for the whole process, and the other tests' envs with it.

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from fastrl_per import factories
-from fastrl_per.cli import main
-from fastrl_per.dqn import EpisodeReturns, configured
-from fastrl_per.factories import LEARNERS, learner_classes
-from fastrl_per.learner import Learner, CHECKPOINT_VERSION
-from fastrl_per.recurrent_learner import RecurrentLearner
-from fastrl_per.apex import ApexRun
-from fastrl_per.rundir import RunLearner
+from fastrl_per.run import factories
+from fastrl_per.run.cli import main
+from fastrl_per.learners.dqn import EpisodeReturns, configured
+from fastrl_per.run.factories import LEARNERS, learner_classes
+from fastrl_per.learners.learner import Learner, CHECKPOINT_VERSION
+from fastrl_per.learners.recurrent_learner import RecurrentLearner
+from fastrl_per.learners.apex import ApexRun
+from fastrl_per.run.rundir import RunLearner
 from fastrl_per.state import Stateful
 
 

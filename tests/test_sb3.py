@@ -1,4 +1,4 @@
-"""`fastrl_per.sb3`: PrioritizedDQN end to end with one and four envs, save/load with the buffer (pickled, and in the
+"""`fastrl_per.integrations.sb3`: PrioritizedDQN end to end with one and four envs, save/load with the buffer (pickled, and in the
 directory format with no pickle), timeouts as SB3 stores them, the importance weights in the loss, the priorities fed
 back, one seed fixing the run of every prioritized class, and SB3 kept an optional extra."""
 import json, pickle, subprocess, sys
@@ -11,8 +11,8 @@ import gymnasium as gym
 import torch.nn.functional as F
 from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.sb3 import (PrioritizedDQN, PrioritizedSB3Buffer, PrioritizedSamples, PrioritizedSAC, PrioritizedTD3,
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.integrations.sb3 import (PrioritizedDQN, PrioritizedSB3Buffer, PrioritizedSamples, PrioritizedSAC, PrioritizedTD3,
                             PrioritizedDDPG, PrioritizedQRDQN, PrioritizedTQC)
 from conftest import assert_state_equal
 
@@ -170,14 +170,14 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_sb3_stays_an_optional_extra():
-    "`fastrl_per.all` never imports SB3; without it, `fastrl_per.sb3` is one line naming the extra."
+    "`fastrl_per.all` never imports SB3; without it, `fastrl_per.integrations.sb3` is one line naming the extra."
     all_ = "import sys, fastrl_per.all; assert 'stable_baselines3' not in sys.modules"
     subprocess.run([sys.executable, '-c', all_], check=True, timeout=120)
     for missing in ('stable_baselines3', 'sb3_contrib'):
-        blocked = f"import sys; sys.modules[{missing!r}] = None; import fastrl_per.sb3"
+        blocked = f"import sys; sys.modules[{missing!r}] = None; import fastrl_per.integrations.sb3"
         r = subprocess.run([sys.executable, '-c', blocked], capture_output=True, text=True, timeout=120)
         assert r.returncode != 0
-        assert r.stderr.strip().splitlines()[-1] == ("ImportError: fastrl_per.sb3 needs Stable-Baselines3 and "
+        assert r.stderr.strip().splitlines()[-1] == ("ImportError: fastrl_per.integrations.sb3 needs Stable-Baselines3 and "
                                                      "sb3-contrib, which are not installed: pip install 'fastrl_per[sb3]'")
 
 

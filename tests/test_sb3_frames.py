@@ -12,7 +12,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import VecFrameStack, VecTransposeImage
-from fastrl_per.sb3 import SB3Buffer, PrioritizedSB3Buffer, PrioritizedDQN
+from fastrl_per.integrations.sb3 import SB3Buffer, PrioritizedSB3Buffer, PrioritizedDQN
 
 
 def pong(n_envs=2, max_episode_steps=60):

@@ -13,8 +13,8 @@ from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
-import fastrl_per.sb3 as sb3
-from fastrl_per.sb3 import (PrioritizedDQN, PrioritizedSAC, PrioritizedTD3, PrioritizedDDPG, PrioritizedQRDQN,
+import fastrl_per.integrations.sb3 as sb3
+from fastrl_per.integrations.sb3 import (PrioritizedDQN, PrioritizedSAC, PrioritizedTD3, PrioritizedDDPG, PrioritizedQRDQN,
                             PrioritizedTQC, PrioritizedSB3Buffer, upstream_changes, source_hash)
 
 PAIRS = [(PrioritizedDQN, DQN, 'CartPole-v1', {}), (PrioritizedQRDQN, QRDQN, 'CartPole-v1', {}),

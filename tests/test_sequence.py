@@ -11,9 +11,9 @@ import torch
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.envs import GymTransformBlock
-from fastrl_per.pipes import find_upstream
-from fastrl_per.sequence import (Episode, EpisodeAssembler, PrioritizedBatch, PrioritizedSequenceReplay,
+from fastrl_per.stages.envs import GymTransformBlock
+from fastrl_per.stages.pipes import find_upstream
+from fastrl_per.replay.sequence import (Episode, EpisodeAssembler, PrioritizedBatch, PrioritizedSequenceReplay,
                                  SequenceReplay, SequenceReplayPipe)
 from conftest import assert_state_equal
 

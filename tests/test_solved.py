@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastrl_per.rundir import load_best, read_metrics
+from fastrl_per.run.rundir import load_best, read_metrics
 
 COMMAND = str(Path(sys.executable).parent / 'fastrl_per')
 # the 07d notebook's example: 1,000 random warm-up transitions, whose episodes' training mean reaches 15 at the first

@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.memory import ReplayBuffer
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.replay.memory import ReplayBuffer
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 from conftest import assert_state_equal
 
 

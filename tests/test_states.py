@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.memory import ReplayBuffer, ExperienceReplay
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.sequence import Episode, SequenceReplay, PrioritizedSequenceReplay
+from fastrl_per.replay.memory import ReplayBuffer, ExperienceReplay
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.sequence import Episode, SequenceReplay, PrioritizedSequenceReplay
 from conftest import assert_state_equal, assert_unchanged, snapshot
 
 

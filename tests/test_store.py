@@ -10,11 +10,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import fastrl_per.store as store
-from fastrl_per.frames import FrameStorage
-from fastrl_per.memory import ReplayBuffer, RingStorage
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.store import JOURNAL, STATE_FILE, chunk_rows
+import fastrl_per.replay.store as store
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.replay.memory import ReplayBuffer, RingStorage
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.store import JOURNAL, STATE_FILE, chunk_rows
 
 KINDS = dict(uniform=ReplayBuffer, prioritized=PrioritizedReplayBuffer)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastrl_per.memory import ReplayBuffer, RingStorage
-from fastrl_per.store import CHUNK_BYTES, chunk_rows
+from fastrl_per.replay.memory import ReplayBuffer, RingStorage
+from fastrl_per.replay.store import CHUNK_BYTES, chunk_rows
 from test_store import assert_same_state, check_holds, fill, make
 
 WIDTH, RING, FIRST, MORE = 1024, 4000, 3000, 2000   # rows of about 2 KB: 3 chunks of 4 MB in the ring
@@ -101,7 +101,7 @@ def test_an_incremental_save_on_a_full_disk_keeps_the_previous_save(small_disk, 
 WRITER = """
 import os, sys
 sys.path[:0] = {path!r}
-from fastrl_per.memory import ReplayBuffer, RingStorage
+from fastrl_per.replay.memory import ReplayBuffer, RingStorage
 from test_store import check_holds, fill
 buf = ReplayBuffer(bs=8, seed=0, storage=RingStorage({ring}, path={d!r}, reserve={reserve}))
 fill(buf, 0, 1, {width})   # the ring's file is made

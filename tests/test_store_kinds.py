@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from fastrl_per.apex import ReplayServer
-from fastrl_per.frames import FrameStorage
-from fastrl_per.memory import RingStorage
-from fastrl_per.per import PrioritizedReplayBuffer
-from fastrl_per.store import STATE_FILE, SavedArrays, npy_offset
+from fastrl_per.learners.apex import ReplayServer
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.replay.memory import RingStorage
+from fastrl_per.replay.per import PrioritizedReplayBuffer
+from fastrl_per.replay.store import STATE_FILE, SavedArrays, npy_offset
 
 KINDS = ('frames memory', 'frames disk', 'apex shard')
 MAX_SZ = 2000

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from fastrl_per.memory import RingStorage
-from fastrl_per.store import JOURNAL, STATE_FILE, npy_offset
+from fastrl_per.replay.memory import RingStorage
+from fastrl_per.replay.store import JOURNAL, STATE_FILE, npy_offset
 from test_store import assert_same_state, check_holds, check_holds_from, fill, listing, make
 
 OWNER = """
@@ -64,7 +64,7 @@ def saved_dir(tmp_path:Path) -> Path:
 
 def state_naming(d:Path, name:str):
     "Rewrite `d`'s state.pt (the old format, no checksum) so that its rows array names the file `name`."
-    from fastrl_per.store import SavedArrays
+    from fastrl_per.replay.store import SavedArrays
     state = SavedArrays(d).read()
     state['arrays']['rows']['file'] = name
     torch.save(state, d / STATE_FILE)
@@ -114,7 +114,7 @@ def test_a_crafted_or_damaged_save_is_refused_naming_it(tmp_path, damage):
 
 def test_a_flipped_byte_of_the_rows_is_refused_naming_file_and_chunk(tmp_path):
     "A saved row changed behind the save's back (no undo copy covers it) is refused by a reader, and by `verify()`."
-    from fastrl_per.store import SavedArrays
+    from fastrl_per.replay.store import SavedArrays
     buf = make('uniform', 50); fill(buf, 0, 45); buf.save(tmp_path)
     f = next(tmp_path.glob('rows.*.npy'))
     flip(f, npy_offset(f) + 20 * buf.storage.rows.itemsize)
@@ -158,7 +158,7 @@ def test_a_save_stopped_between_marking_and_commit_loads_the_last_save(tmp_path)
     moment is too short for a kill to land on reliably) leaves the last save loadable by a reader and by the owner,
     whose recovery puts the marks back; the buffer then saves again."""
     from unittest.mock import patch
-    from fastrl_per.store import SavedArrays
+    from fastrl_per.replay.store import SavedArrays
     d = tmp_path / 'saved'
     buf = make('prioritized', 50); fill(buf, 0, 45); buf.save(d); fill(buf, 45, 30)
     with patch.object(SavedArrays, 'commit', side_effect=OSError('stopped')):

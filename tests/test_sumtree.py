@@ -1,4 +1,4 @@
-"Property and bad-input tests for `fastrl_per.sumtree.SumTree`."
+"Property and bad-input tests for `fastrl_per.replay.sumtree.SumTree`."
 import math
 import re
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fastrl_per.sumtree import SumTree
+from fastrl_per.replay.sumtree import SumTree
 
 
 TREES = [SumTree]

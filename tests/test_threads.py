@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
-from fastrl_per.sequence import Episode, PrioritizedSequenceReplay
-from fastrl_per.sumtree import SumTree
+from fastrl_per.replay.per import PrioritizedExperienceReplay, PrioritizedReplayBuffer
+from fastrl_per.replay.sequence import Episode, PrioritizedSequenceReplay
+from fastrl_per.replay.sumtree import SumTree
 
 
 def make_step(i, episode_n=0, last=False):

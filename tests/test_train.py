@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fastrl_per.rundir import (check_new_run_dir, git_revision, keep_metrics_until, load_checkpoint, manifest_differences,
+from fastrl_per.run.rundir import (check_new_run_dir, git_revision, keep_metrics_until, load_checkpoint, manifest_differences,
                                read_manifest, read_metrics, remove_orphans, share_mode)
-from fastrl_per.factories import resume_learner
-from fastrl_per.train import StopSignals, train
+from fastrl_per.run.factories import resume_learner
+from fastrl_per.run.train import StopSignals, train
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,8 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
     import fastrl_per.all
     from fastrl_per.all import *
-    from fastrl_per.envs import GymTransformBlock
-    from fastrl_per.memory import ExperienceReplay
+    from fastrl_per.stages.envs import GymTransformBlock
+    from fastrl_per.replay.memory import ExperienceReplay
     pipe = GymTransformBlock(None, n=60, seed=0)(['CartPole-v1']).unbatch()
     pipe = ExperienceReplay(pipe, bs=4, max_sz=50)
     batches = list(pipe.header(8))

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from fastrl_per.core import SimpleStep
-from fastrl_per.dqn import RunConfig
-from fastrl_per.frames import FrameStorage
-from fastrl_per.learner import Learner, upgrade_checkpoint
-from fastrl_per.memory import ReplayBuffer, ExperienceReplay
-from fastrl_per.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
-from fastrl_per.priorities import Priorities, EPS, WEIGHT_NORM, WEIGHT_NORMS
-from fastrl_per.sequence import PrioritizedSequenceReplay, Episode
-from fastrl_per.apex import ReplayClient, ReplayServer
+from fastrl_per.learners.dqn import RunConfig
+from fastrl_per.replay.frames import FrameStorage
+from fastrl_per.learners.learner import Learner, upgrade_checkpoint
+from fastrl_per.replay.memory import ReplayBuffer, ExperienceReplay
+from fastrl_per.replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
+from fastrl_per.replay.priorities import Priorities, EPS, WEIGHT_NORM, WEIGHT_NORMS
+from fastrl_per.replay.sequence import PrioritizedSequenceReplay, Episode
+from fastrl_per.learners.apex import ReplayClient, ReplayServer
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = 0.5   # the least mean weight of a batch whose priorities lie within a factor 10 of each other

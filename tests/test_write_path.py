@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fastrl_per.core import FIELD_DTYPES
-from fastrl_per.memory import ReplayBuffer, FIELD_DEFAULTS
-from fastrl_per.per import PrioritizedReplayBuffer
+from fastrl_per.replay.memory import ReplayBuffer, FIELD_DEFAULTS
+from fastrl_per.replay.per import PrioritizedReplayBuffer
 
 DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float32, np.float64]
 SHAPES = [(), (1,), (3,), (2, 2)]

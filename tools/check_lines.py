@@ -21,6 +21,6 @@ def long_functions(path):
 
 if __name__ == '__main__':
     pkg = Path(__file__).parent.parent/'fastrl_per'
-    paths = sys.argv[1:] or sorted(p for p in pkg.glob('*.py') if p.name != '_modidx.py')
+    paths = sys.argv[1:] or sorted(p for p in pkg.rglob('*.py') if p.name != '_modidx.py')
     found = [hit for p in paths for hit in long_lines(p) + long_functions(p)]
     if found: sys.exit(f'lines over {LIMIT} characters or functions over {FUNCTION_LIMIT} lines:\n' + '\n'.join(found))

@@ -18,7 +18,7 @@ def example_code(nb_path:Path) -> str:
     "The code cells of a notebook that are not exported, as a module that sees what the notebook's exported cells define."
     cells = [c.source for c in read_nb(nb_path).cells if c.cell_type == 'code']
     exported = [src for src in cells if '#| export' in src]
-    module = next((m.group(1) for src in cells if (m := re.search(r'#\| default_exp (\w+)', src))), None)
+    module = next((m.group(1) for src in cells if (m := re.search(r'#\| default_exp ([\w.]+)', src))), None)
     head = [ast.get_source_segment(src, node) for src in exported for node in ast.parse(src).body
             if isinstance(node, (ast.Import, ast.ImportFrom)) and getattr(node, 'module', None) != '__future__']
     if module and exported: head.append(f'from fastrl_per.{module} import *')
@@ -29,7 +29,7 @@ def example_code(nb_path:Path) -> str:
 def package_names() -> set[str]:
     "The classes the package defines, as mypy names them in its messages."
     names = set()
-    for py in (root / 'fastrl_per').glob('*.py'):
+    for py in (root / 'fastrl_per').rglob('*.py'):
         names.update(re.findall(r'^class (\w+)', py.read_text(), re.MULTILINE))
     return names
 

@@ -7,16 +7,26 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'fastrl_per'
 
+def imported(node:ast.ImportFrom, parent:list, mods) -> set:
+    "The modules of the package a `from ... import` names, dotted: `from .x import y` names x, `from . import x` x."
+    if node.level: base = parent[:len(parent) - node.level + 1] + (node.module.split('.') if node.module else [])
+    elif node.module and node.module.split('.')[0] == 'fastrl_per': base = node.module.split('.')[1:]
+    else: return set()
+    names = ('.'.join(base + [a.name]) for a in node.names)   # `from . import learner` names a module
+    return {n if n in mods else '.'.join(base) for n in names}
+
 def edges_of(pkg:Path=PKG) -> dict:
     "`{module: sorted modules of the package it imports}`, modules named by their path below `pkg`, dotted."
     mods = {'.'.join(p.relative_to(pkg).with_suffix('').parts): p for p in pkg.rglob('*.py')
             if p.stem not in ('_modidx', '__init__', '__main__', 'all')}
     edges = {}
     for m, p in mods.items():
-        parent = m.split('.')[:-1]
-        found = {'.'.join(parent[:len(parent) - n.level + 1] + (n.module or '').split('.')).strip('.')
-                 for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.ImportFrom) and n.level}
-        edges[m] = sorted(d for d in found if d in mods)
+        found = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom): found |= imported(n, m.split('.')[:-1], mods)
+            elif isinstance(n, ast.Import):
+                found |= {a.name.split('.', 1)[1] for a in n.names if a.name.startswith('fastrl_per.')}
+        edges[m] = sorted(d for d in found if d)
     return edges
 
 def floors_of(edges:dict) -> dict:
