@@ -1,8 +1,9 @@
-"""Prioritized vs uniform replay with the `fastrl_per train` defaults: env steps until the mean
+"""Prioritized vs uniform replay with the `fastrl_per train` defaults but its training-mean stop rule
+(`--solved-by train-mean`; the command's default stops on greedy play): env steps until the mean
 return of 20 consecutive training episodes first reaches the env's threshold (475 on
 CartPole-v1, -100 on Acrobot-v1), and the greedy score of the network `fastrl_per evaluate` plays.
 
-Each run does what `fastrl_per train` does at its defaults: it trains until the mean of 20
+Each run does what `fastrl_per train --solved-by train-mean` does: it trains until the mean of 20
 reaches the threshold (or the step budget runs out; `--full`: always the whole budget),
 evaluates greedily every 2,500 steps and at the end (10 episodes on the command's evaluation
 seeds; one that beats the kept network's mean is confirmed on 30 more) and keeps the best network, as the
