@@ -118,16 +118,18 @@ def check_fits(nbytes:int, max_sz:int) -> int:
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, weight_norm:str, path=None, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, path=None, device=None, **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
-     "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; "
-     "`cadence`: the pipe's `every`, `repeats` and `warmup`.")
+     "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; its batches "
+     "sampled onto `device` (the buffer's `sample(device=)`; None: the host); `cadence`: the pipe's `every`, "
+     "`repeats` and `warmup`.")
     storage = FrameStorage(max_sz, path=path) if frames else None if path is None else RingStorage(max_sz, path=path)
     if replay == 'uniform':
-        return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
+        buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage)
+        return ExperienceReplay(steps, buffer=buffer, device=device, **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
                                      prioritization=prioritization, storage=storage, weight_norm=weight_norm)
-    return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
+    return PrioritizedExperienceReplay(steps, buffer=buffer, device=device, **cadence)
 
 class Learner(Stateful):
     "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
@@ -163,7 +165,8 @@ class Learner(Stateful):
             steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
         self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
                                   c.prioritization, c.weight_norm, self.replay_dir if disk else None,
-                                  every=c.train_every, repeats=c.gradient_steps, warmup=c.warmup)
+                                  device=self.core.device, every=c.train_every, repeats=c.gradient_steps,
+                                  warmup=c.warmup)
         stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
         rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
         self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
