@@ -336,23 +336,31 @@ class Learner(Stateful):
         else: self.stepper.assign(state['envs'])
         torch.set_rng_state(state['torch_rng'])
 
+    @classmethod
+    def older_settings(cls, version:int) -> dict:
+        ("What a `Learner` checkpoint of an older `version` lacks, with the values its run had (`upgrade_checkpoint`): "
+         "settings (`config`) and checkpoint entries (`state`).")
+        config = dict(layer_norm=False) if version == 2 else {}   # version 2 had no LayerNorm: its MLP had none
+        if version < 5: config.update(collector=None, publish_every=50)   # before the collector: the loop stepped
+        config['replay_storage'] = 'memory'   # before the option: the buffer in memory
+        return dict(config=config, state=dict(collector=None) if version < 5 else {})
+
 # %% ../../nbs/06_learner.ipynb #79781261
-def upgrade_checkpoint(state:dict) -> dict:
-    ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
-     "for `check_state` to judge.")
+def upgrade_checkpoint(state:dict,
+                       # what the class that wrote it lacks at an older version: `older(version)` gives
+                       # `dict(config=..., state=...)` (the class's `older_settings`); None: nothing of its own
+                       older=None) -> dict:
+    ("An older checkpoint as the current version where its run can be rebuilt exactly: the format's changes, and "
+     "the settings and entries `older` gives where it lacks them; anything else unchanged, for `check_state` to "
+     "judge. `factories.upgraded` calls it with the `older_settings` of the registered class that wrote it.")
     config = state.get('config') if isinstance(state, dict) else None
-    older = isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)
-    if not older: return state
-    config, learner = dict(state['config']), state.get('learner')
-    if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
-        config.setdefault('layer_norm', False)
-    if state['version'] < 5:
-        if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # before the argument: one batch per call
-        if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
-            config.setdefault('collector', None); config.setdefault('publish_every', 50)
-        if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
+    if not (isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)):
+        return state
+    lacks = dict(config={}, state={}) if older is None else older(state['version'])
+    config, state = dict(config), dict(state)
+    for k, v in lacks['config'].items(): config.setdefault(k, v)
+    for k, v in lacks['state'].items(): state.setdefault(k, v)
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
-    if learner == 'Learner': config.setdefault('replay_storage', 'memory')   # before the option: in memory
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
     config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}

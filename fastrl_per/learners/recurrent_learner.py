@@ -238,3 +238,9 @@ class RecurrentLearner(Learner):
         sequences = state['sequences']
         self.sequences.assign({k: v for k, v in sequences.items() if k != 'carried'})
         self.agent.carry(sequences['carried'])   # None with fresh episodes: a fresh state
+
+    @classmethod
+    def older_settings(cls, version:int) -> dict:
+        ("What a `RecurrentLearner` checkpoint of an older `version` lacks, with the values its run had "
+         "(`upgrade_checkpoint`): no settings; before version 5, the collector's entry (it had none).")
+        return dict(config={}, state=dict(collector=None) if version < 5 else {})

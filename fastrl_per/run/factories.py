@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
-from ..learners.learner import Learner
+from ..learners.learner import Learner, upgrade_checkpoint
 from ..learners.recurrent_learner import RecurrentLearner
 from ..learners.apex import ApexRun, require_ray, DEPLOYMENT
 from ..stages.atari import id_defaults
@@ -19,8 +19,9 @@ from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
 from ..checks import check_int, BadValue, install_line
 
 # %% auto #0
-__all__ = ['LEARNERS', 'check_env_dependencies', 'Registered', 'learner_classes', 'settings_fields', 'placed', 'build_learner',
-           'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'registered']
+__all__ = ['LEARNERS', 'check_env_dependencies', 'Registered', 'learner_classes', 'checkpoint_class', 'upgraded',
+           'settings_fields', 'placed', 'build_learner', 'restore_learner', 'new_learner', 'env_defaults',
+           'resume_learner', 'registered']
 
 # %% ../../nbs/07c_factories.ipynb #96b5e691
 def check_env_dependencies(env_id):
@@ -51,6 +52,16 @@ def learner_classes(models:bool=True) -> dict:
     if models: return {e.model: e.cls for e in LEARNERS.values() if not e.actors}
     return {name: e.cls for name, e in LEARNERS.items()}
 
+def checkpoint_class(state) -> type|None:
+    "The registered learner class that wrote checkpoint `state` (its `learner`, the class's name); None if none did."
+    name = state.get('learner') if isinstance(state, dict) else None
+    return next((cls for cls in learner_classes(models=False).values() if cls.__name__ == name), None)
+
+def upgraded(state) -> dict:
+    ("Checkpoint `state` as the current version where it can be (`upgrade_checkpoint`), with what the registered "
+     "class that wrote it says its older checkpoints lack (its `older_settings`; a class without one has none).")
+    return upgrade_checkpoint(state, getattr(checkpoint_class(state), 'older_settings', None))
+
 def settings_fields(cls) -> dict:
     ("The settings learner class `cls` takes by keyword, by name: the fields (`dataclasses.Field`, with their "
      "defaults) of the dataclasses it lists as `configs`.")
@@ -62,19 +73,18 @@ def placed(cls, replay_dir) -> dict:
     return dict(replay_dir=Path(replay_dir)) if takes else {}
 
 def build_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
-    ("A new learner of the kind and config a checkpoint was written by, its state not loaded; `replay_dir`: its "
-     "replay's directory; `deployment`: where an Ape-X run runs now.")
-    classes = {cls.__name__: cls for cls in learner_classes(models=False).values()}
-    if state.get('learner') not in classes:
-        raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
+    ("A new learner of the kind and config a checkpoint was written by (an older version `upgraded`), its state not "
+     "loaded; `replay_dir`: its replay's directory; `deployment`: where an Ape-X run runs now.")
+    cls, state = checkpoint_class(state), upgraded(state)
+    if cls is None: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
-    cls = classes[state['learner']]
     try: return cls(**{**state['config'], **deployment, **placed(cls, replay_dir)})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
 
 def restore_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
-    ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
-     "`replay_dir`); `deployment`: where an Ape-X run runs now.")
+    ("The learner a checkpoint was written by, with its state restored (an older version `upgraded`; a replay saved "
+     "in a directory: from `replay_dir`); `deployment`: where an Ape-X run runs now.")
+    state = upgraded(state)
     learner = build_learner(state, replay_dir, **deployment)
     learner.load_state_dict(state)
     return learner
@@ -104,10 +114,10 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[RunLearne
     ("The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only. A "
      "checkpoint a crash interrupted is settled first (`settle_checkpoint`).")
     settled = settle_checkpoint(run_dir)
-    state = load_checkpoint(run_dir)
+    state = upgraded(load_checkpoint(run_dir))
     deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
-    old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
+    old, cls = state['config'], checkpoint_class(state)
     conflicts = [f"{k}={v!r} (the run has {old.get(k)!r})"
                  for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
     if model is not None and learner_classes().get(model) is not cls:
