@@ -19,7 +19,7 @@ from .replay.frames import FrameStorage
 from .replay.sumtree import SumTree
 from .replay.priorities import Priorities, PriorityKind, KINDS
 from .replay.sequence import Episode, SequenceReplay, PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
-from .learners.dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, ToDevice, OnlineQ,
+from .learners.dqn import (QNetwork, DuelingHead, EpsilonGreedy, EpisodeReturns, OnlineQ,
                                      TDTargets, WeightedLoss, OptimizerStep, TargetUpdate, SoftUpdate,
                                      PriorityFeedback, AnnealBeta, TrainMetrics)
 from .learners.schedules import AnnealLR
@@ -38,7 +38,7 @@ __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransfo
            'make_env', 'AsyncCollector', 'ReplayBuffer', 'ExperienceReplay', 'PrioritizedReplayBuffer',
            'PrioritizedExperienceReplay', 'RingStorage', 'FrameStorage', 'SumTree',
            'Priorities', 'Episode', 'SequenceReplay', 'PrioritizedSequenceReplay', 'PrioritizedBatch',
-           'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy', 'EpisodeReturns', 'ToDevice', 'OnlineQ',
+           'SequenceReplayPipe', 'QNetwork', 'DuelingHead', 'EpsilonGreedy', 'EpisodeReturns', 'OnlineQ',
            'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate', 'SoftUpdate', 'PriorityFeedback',
            'AnnealBeta', 'AnnealLR', 'TrainMetrics', 'NatureQNetwork', 'MinAtarQNetwork', 'RecurrentQNetwork',
            'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted',

@@ -88,7 +88,8 @@ class Seeing(Learner):
 
 def test_train_runs_on_its_threads_and_restores_the_programs(program_threads, tmp_path, monkeypatch):
     "`train` (threads=1 by default) trains on one thread and gives the program's setting back, after a run or a refusal."
-    monkeypatch.setattr(factories, 'LEARNERS', MappingProxyType({**factories.LEARNERS, 'mlp': Seeing}))
+    seeing = factories.Registered(Seeing, 'mlp')
+    monkeypatch.setattr(factories, 'LEARNERS', MappingProxyType({**factories.LEARNERS, 'mlp': seeing}))
     train(out=str(tmp_path / 'run'), total_steps=200, bs=16, warmup=16, eval_every=0, progress=False, solved=0)
     assert Seeing.seen and set(Seeing.seen) == {1} and torch.get_num_threads() == program_threads
     (tmp_path / 'file').write_text('not a run directory')

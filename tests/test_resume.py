@@ -195,3 +195,20 @@ def test_atari_envs_continue_exactly_through_the_emulator_state():
         for a in range(steps): env.step(a % 6)
         set_env_state(copy, check_env_state(copy, roundtrip(env_state(env))))
         for a in range(50): assert (env.step(a % 6)[0] == copy.step(a % 6)[0]).all()
+
+
+def test_a_version_3_run_evaluates_and_resumes(tmp_path):
+    "A run directory whose checkpoint.pt is version 3's (env steps were `frames`, sub-envs `envs`, no collector, no"
+    " `replay_storage`): `evaluate` and `train --resume` upgrade it through the class it names, and go on."
+    from fastrl_per.run.train import train, evaluate
+    run = tmp_path / 'run'
+    train(out=str(run), total_steps=200, bs=16, warmup=16, eval_every=0, progress=False, solved=0)
+    state = restore_learner(load_checkpoint(run), run / 'replay').state_dict()   # the buffer inside, as then
+    config = {('envs' if k == 'nenvs' else k): v for k, v in state['config'].items()
+              if k not in ('collector', 'publish_every', 'replay_storage')}
+    old = {('frames' if k == 'env_steps' else k): v for k, v in state.items() if k not in ('collector', 'replay_save')}
+    torch.save(dict(old, version=3, config=config), run / 'checkpoint.pt')
+    assert 'step 200' in evaluate(str(run), episodes=1, latest=True)
+    train(resume=str(run), total_steps=300, eval_every=0, progress=False, solved=0)
+    resumed = load_checkpoint(run)
+    assert (resumed['version'], resumed['env_steps'], resumed['config']['replay_storage']) == (6, 300, 'memory')

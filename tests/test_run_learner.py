@@ -11,7 +11,7 @@ from torch import nn
 from fastrl_per.run import factories
 from fastrl_per.run.cli import main
 from fastrl_per.learners.dqn import EpisodeReturns, configured
-from fastrl_per.run.factories import LEARNERS, learner_classes
+from fastrl_per.run.factories import LEARNERS, Registered, learner_classes
 from fastrl_per.learners.learner import Learner, CHECKPOINT_VERSION
 from fastrl_per.learners.recurrent_learner import RecurrentLearner
 from fastrl_per.learners.apex import ApexRun
@@ -96,8 +96,8 @@ class TinyQ(Stateful):
 
 @pytest.fixture
 def registered(monkeypatch):
-    "The one registration: what `LEARNERS` in nbs/07c_factories.ipynb would hold with a line `'tiny': TinyQ` added."
-    monkeypatch.setattr(factories, 'LEARNERS', MappingProxyType({**LEARNERS, 'tiny': TinyQ}))
+    "The one registration: `LEARNERS` in nbs/07c_factories.ipynb with a line `'tiny': Registered(TinyQ, 'tiny')` added."
+    monkeypatch.setattr(factories, 'LEARNERS', MappingProxyType({**LEARNERS, 'tiny': Registered(TinyQ, 'tiny')}))
 
 
 def test_a_new_learner_trains_resumes_and_evaluates_through_the_command(registered, tmp_path, capsys):

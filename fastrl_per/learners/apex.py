@@ -717,6 +717,14 @@ class ApexRun(Stateful):
         torch.set_rng_state(checked['torch_rng'])
         if 'shard_rng' in checked: self.shard_rng.bit_generator.state = checked['shard_rng']
 
+    @classmethod
+    def older_settings(cls, version:int) -> dict:
+        ("What an `ApexRun` checkpoint of an older `version` lacks, with the values its run had "
+         "(`upgrade_checkpoint`): settings (`config`) and checkpoint entries (`state`).")
+        config = dict(layer_norm=False) if version == 2 else {}   # version 2 had no LayerNorm: its MLP had none
+        if version < 5: config['batches_per_call'] = 1   # before the argument: one batch per call
+        return dict(config=config, state={})
+
 class Batches:
     "An iterable over `run.batches()`: the source of the run's DQN pipe."
     def __init__(self, run:ApexRun): self.run = run

@@ -28,10 +28,10 @@ from ..stages.nstep import nstep_discount, check_gamma
 
 # %% auto #0
 __all__ = ['DuelingHead', 'mlp', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch',
-           'OnlineQ', 'pick_device', 'ToDevice', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam',
-           'checked_steps', 'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id',
-           'PriorityFeedback', 'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore',
-           'check_torch_rng', 'field_docs', 'RunConfig', 'MLPConfig', 'configured']
+           'OnlineQ', 'pick_device', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
+           'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
+           'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore', 'check_torch_rng', 'field_docs',
+           'RunConfig', 'MLPConfig', 'configured']
 
 # %% ../../nbs/05c_dqn.ipynb #412c451b
 class DuelingHead(nn.Module):
@@ -205,13 +205,6 @@ def pick_device(device:str='auto') -> torch.device:
     try: return torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from e
-
-class ToDevice(IterDataPipe):
-    "Move each sampled batch (with its `idxs` and `weights`) to `device` in one call; the buffer stays in host memory."
-    def __init__(self, source_datapipe, device:torch.device):
-        self.source_datapipe, self.device = source_datapipe, device
-    def __iter__(self):
-        for item in self.source_datapipe: yield as_batch(item).to(self.device)
 
 # %% ../../nbs/05c_dqn.ipynb #12578d12
 class TDTargets(IterDataPipe):
@@ -418,8 +411,8 @@ class DQNCore(Stateful):
         self.anneal: AnnealBeta | None = None   # None without priority feedback
 
     def losses(self, samples, gamma:float, double:bool=False) -> WeightedLoss:
-        "The importance-weighted DQN loss of each batch of `samples` (moved to the networks' device)."
-        if self.device.type != 'cpu': samples = ToDevice(samples, self.device)
+        ("The importance-weighted DQN loss of each batch of `samples`, sampled onto the networks' `device` (a "
+         "replay pipe's `device`: the buffer's `sample(device=)`).")
         return WeightedLoss(TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma))
 
     def train(self,

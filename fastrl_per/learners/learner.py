@@ -33,7 +33,7 @@ from .collect import AsyncCollector, Publish
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
-           'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+           'q_network', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner', 'Learner', 'upgrade_checkpoint']
 
 # %% ../../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -118,60 +118,47 @@ def check_fits(nbytes:int, max_sz:int) -> int:
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, weight_norm:str, path=None, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, path=None, device=None, **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
-     "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; "
-     "`cadence`: the pipe's `every`, `repeats` and `warmup`.")
+     "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; its batches "
+     "sampled onto `device` (the buffer's `sample(device=)`; None: the host); `cadence`: the pipe's `every`, "
+     "`repeats` and `warmup`.")
     storage = FrameStorage(max_sz, path=path) if frames else None if path is None else RingStorage(max_sz, path=path)
     if replay == 'uniform':
-        return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
+        buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage)
+        return ExperienceReplay(steps, buffer=buffer, device=device, **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
                                      prioritization=prioritization, storage=storage, weight_norm=weight_norm)
-    return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
+    return PrioritizedExperienceReplay(steps, buffer=buffer, device=device, **cadence)
 
-class Learner(Stateful):
-    "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
+# %% ../../nbs/06_learner.ipynb #e06d8092
+class TransitionFeed(Stateful):
+    ("The part of a learner that knows its transition replay pipe (an `ExperienceReplay`): what a checkpoint keeps of "
+     "it besides the buffer, `replay_items`, the items the pipe has taken (the phase of `train_every`).")
+    keys = frozenset()   # the checkpoint keys it adds to `CHECKPOINT_KEYS` (`replay_items` is one of those)
+    def __init__(self, replay:ExperienceReplay): self.replay = replay
+
+    def state_dict(self, exact:bool=True) -> dict:
+        "Its checkpoint entries, whether the envs continue their episodes (`exact`) or not: the pipe's item count."
+        return dict(replay_items=self.replay.items)
+
+    def check_state(self, state:dict) -> dict:
+        "Its entries of checkpoint `state`, checked: what `assign` takes."
+        return dict(replay_items=check_int('checkpoint replay_items', state['replay_items'], low=0))
+
+    def assign(self, checked:dict): self.replay.set_items(checked['replay_items'])
+
+class PipeLearner(Stateful):
+    ("What the learners made of one pipeline in this process share (`Learner`, `RecurrentLearner`): acting, "
+     "training, a run's hooks and the checkpoint. A subclass's `__init__` makes the parts these read: `config`, `core` "
+     "(a `DQNCore`), the stream of steps (`act`), `replay` (a buffer or its pipe), `feed` (what the checkpoint keeps "
+     "of the replay besides the buffer: a `TransitionFeed`, or another part with its `keys`) and `pipe`, the metrics "
+     "rows.")
     # the n-step stage, the background collector and the replay's directory, for learners that have them
     nstep = collector = replay_dir = None
-    # what a run reads of a learner (`RunLearner`) that this one lacks: the bytes of a replay it does not size (a
-    # `RecurrentLearner`'s), where workers outside this process run (none do)
+    # what a run reads of a learner (`RunLearner`) that one may lack: the bytes of a replay it does not size, where
+    # workers outside this process run (none do)
     replay_nbytes = placement = None
-    configs = (DQNConfig,)   # the dataclasses of the settings it takes by keyword: the command's flags
-
-    def __init__(self,
-                 config:DQNConfig|str|None=None, # its settings; or an env id, the other settings by keyword
-                 *, # the rest by keyword
-                 # the replay's directory (a run's replay/): its files with replay_storage='disk', where `save_replay`
-                 # writes; none: no directory (in memory, inside `state_dict`). Where the run is, not its config
-                 replay_dir:str|None=None,
-                 **settings): # `DQNConfig`'s fields, when `config` is not one
-        self.config = c = configured(DQNConfig, config, settings)
-        disk = c.replay_storage == 'disk'
-        if disk and replay_dir is None:
-            raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
-        self.replay_dir = None if replay_dir is None else Path(replay_dir)
-        obs, n_actions, grid, frames, one_hot = observations(c.env_id, c.collector)
-        self.replay_nbytes = self.storage_nbytes(obs, c.max_sz, frames, one_hot)
-        if not disk: check_fits(self.replay_nbytes, c.max_sz)   # on disk it may exceed the memory
-        torch.manual_seed(c.seed)
-        network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
-        self.core = DQNCore(network, c.lr, c.device)
-        agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
-        steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
-        if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
-        if c.n_step > 1:   # open windows carry over between fits
-            steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
-        self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
-                                  c.prioritization, c.weight_norm, self.replay_dir if disk else None,
-                                  every=c.train_every, repeats=c.gradient_steps, warmup=c.warmup)
-        stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
-        rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
-        self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
-                                    c.max_grad_norm, target_every=c.target_every,
-                                    tau=None if c.target_every else c.tau,
-                                    updates=max(1, rounds * c.gradient_steps) if c.replay == 'per' else None)
-        self.anneal_lr(c.lr, c.lr_end, c.total_steps)
-        if c.collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=c.publish_every)
 
     def anneal_lr(self, lr:float, lr_end:float|None, total_steps:int):
         "Move the optimiser's learning rate linearly from `lr` to `lr_end` by env step `total_steps` (None: keep `lr`)."
@@ -183,16 +170,6 @@ class Learner(Stateful):
     def model(self) -> nn.Module:
         "The online Q-network (its `core`'s): what `evaluate` plays and checkpoints keep as the policy."
         return self.core.model
-
-    @staticmethod
-    def storage_nbytes(obs, max_sz:int, frames:bool, one_hot:bool=False) -> int:
-        ("Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape; "
-         "`one_hot`: an integer) once written.")
-        grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
-        dtype = np.uint8 if frames else bool if grid else np.int64 if one_hot else np.float32
-        state = np.zeros(() if one_hot else obs if isinstance(obs, tuple) else (obs,), dtype)
-        columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
-        return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
 
     def act(self, agent, env_id:str, seed:int, nenvs:int=1, collector:str|None=None):
         ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
@@ -238,8 +215,8 @@ class Learner(Stateful):
 
     @property
     def saves_replay(self) -> bool:
-        "Whether the replay buffer saves as a directory (`save_replay`): a transition buffer given a `replay_dir`."
-        return self.replay_dir is not None and isinstance(self.replay, ExperienceReplay)
+        "Whether the replay buffer saves as a directory (`save_replay`): a learner given a `replay_dir`."
+        return self.replay_dir is not None
 
     def save_replay(self, save_id:str) -> str:
         ("Save the replay buffer in `replay_dir` as the save named `save_id` (`ReplayBuffer.save`: after the first, "
@@ -265,18 +242,16 @@ class Learner(Stateful):
         ("Everything needed to continue training exactly, as plain data; `fresh_episodes` says why the envs would "
          "restart instead, None when they continue.")
         replay_save = replay_save if self.saves_replay else None
-        saves_envs = isinstance(self.replay, ExperienceReplay) and self.collector is None
-        envs = self.stepper.state_dict() if saves_envs else None
-        if self.collector is not None: why = "the background collector's worker does not save its partial episodes"
-        else: why = f"a {type(self).__name__} does not save its partial episodes" if envs is None else envs['unsaved']
+        envs = None if self.collector is not None else self.stepper.state_dict()
+        if envs is None: why = "the background collector's worker does not save its partial episodes"
+        else: why = envs['unsaved']   # None: the envs continue their episodes
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
                     **self.core.state_dict(), replay=None if replay_save else self.replay.state_dict(),
                     replay_save=replay_save, agent=self.explorer.state_dict(), **self.episodes.state_dict(),
-                    torch_rng=torch.get_rng_state(),
-                    replay_items=self.replay.items if isinstance(self.replay, ExperienceReplay) else None,
-                    nstep=None if self.nstep is None else self.nstep.state_dict(),
+                    torch_rng=torch.get_rng_state(), nstep=None if self.nstep is None else self.nstep.state_dict(),
                     envs=None if why else envs, fresh_episodes=why,
-                    collector=None if self.collector is None else self.collector.state_dict())
+                    collector=None if self.collector is None else self.collector.state_dict(),
+                    **self.feed.state_dict(exact=why is None))
 
     def check_state(self, state:dict) -> dict:
         ("What `assign` takes (`state` with each part's checked form) if `state` loads into this learner; a "
@@ -287,9 +262,10 @@ class Learner(Stateful):
             raise ValueError(f"not a fastrl_per checkpoint of version {CHECKPOINT_VERSION}{old}")
         if state.get('learner') != type(self).__name__:
             raise ValueError(f"checkpoint of a {state.get('learner')}, not a {type(self).__name__}")
-        if (keys := set(state) - RUN_KEYS) != CHECKPOINT_KEYS:
-            raise ValueError(f"checkpoint keys differ: missing {sorted(CHECKPOINT_KEYS - keys)}, "
-                             f"unknown {sorted(keys - CHECKPOINT_KEYS)}")
+        expected = CHECKPOINT_KEYS | self.feed.keys
+        if (keys := set(state) - RUN_KEYS) != expected:
+            raise ValueError(f"checkpoint keys differ: missing {sorted(expected - keys)}, "
+                             f"unknown {sorted(keys - expected)}")
         config = self.config.plain()
         if state['config'] != config:
             diff = {k: (state['config'].get(k), v) for k, v in config.items() if state['config'].get(k) != v}
@@ -302,7 +278,7 @@ class Learner(Stateful):
         except ValueError as e: raise ValueError(f"checkpoint: {e}") from None
         checked['episodes'] = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
         check_torch_rng(state['torch_rng'])
-        if isinstance(self.replay, ExperienceReplay): check_int('checkpoint replay_items', state['replay_items'], low=0)
+        checked['feed'] = self.feed.check_state(state)
         if (state['nstep'] is None) != (self.nstep is None):
             raise ValueError(f"checkpoint n-step state {'missing' if self.nstep else 'unexpected'}")
         if self.nstep is not None: checked['nstep'] = self.nstep.check_state(state['nstep'])
@@ -316,14 +292,14 @@ class Learner(Stateful):
 
     def assign(self, state:dict):
         ("Take over what `check_state` returned (`load_state_dict` checks, then assigns): replay, networks, "
-         "exploration, counters, envs. The replay comes first: loading a saved one checks its files, and fails whole.")
+         "exploration, counters, envs, the feed's part. The replay comes first: loading a saved one checks its files, "
+         "and fails whole.")
         # the buffer checks and assigns under its own lock
         if state['replay_save'] is None: self.replay.load_state_dict(state['replay'])
         else: self.replay.load(self.replay_dir)   # maps the files of a storage on disk there
         self.core.assign(state['core'])
         self.explorer.assign(state['agent'])
         self.episodes.assign(state['episodes'])
-        if isinstance(self.replay, ExperienceReplay): self.replay.set_items(state['replay_items'])
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
             self.nstep.assign(state['nstep'] if state['envs'] is not None else {})
         if self.collector is not None:   # its worker's envs start fresh episodes
@@ -332,24 +308,85 @@ class Learner(Stateful):
             self.stepper.reseed(self.config.seed + state['env_steps'])
         else: self.stepper.assign(state['envs'])
         torch.set_rng_state(state['torch_rng'])
+        self.feed.assign(state['feed'])
+
+# %% ../../nbs/06_learner.ipynb #e3a157ac
+class Learner(PipeLearner):
+    "DQN on a gymnasium env with uniform or prioritized replay, as one pipeline."
+    configs = (DQNConfig,)   # the dataclasses of the settings it takes by keyword: the command's flags
+
+    def __init__(self,
+                 config:DQNConfig|str|None=None, # its settings; or an env id, the other settings by keyword
+                 *, # the rest by keyword
+                 # the replay's directory (a run's replay/): its files with replay_storage='disk', where `save_replay`
+                 # writes; none: no directory (in memory, inside `state_dict`). Where the run is, not its config
+                 replay_dir:str|None=None,
+                 **settings): # `DQNConfig`'s fields, when `config` is not one
+        self.config = c = configured(DQNConfig, config, settings)
+        disk = c.replay_storage == 'disk'
+        if disk and replay_dir is None:
+            raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
+        self.replay_dir = None if replay_dir is None else Path(replay_dir)
+        obs, n_actions, grid, frames, one_hot = observations(c.env_id, c.collector)
+        self.replay_nbytes = self.storage_nbytes(obs, c.max_sz, frames, one_hot)
+        if not disk: check_fits(self.replay_nbytes, c.max_sz)   # on disk it may exceed the memory
+        torch.manual_seed(c.seed)
+        network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
+        self.core = DQNCore(network, c.lr, c.device)
+        agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
+        steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
+        if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
+        if c.n_step > 1:   # open windows carry over between fits
+            steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
+        self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
+                                  c.prioritization, c.weight_norm, self.replay_dir if disk else None,
+                                  device=self.core.device, every=c.train_every, repeats=c.gradient_steps,
+                                  warmup=c.warmup)
+        self.feed = TransitionFeed(self.replay)
+        stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
+        rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
+        self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
+                                    c.max_grad_norm, target_every=c.target_every,
+                                    tau=None if c.target_every else c.tau,
+                                    updates=max(1, rounds * c.gradient_steps) if c.replay == 'per' else None)
+        self.anneal_lr(c.lr, c.lr_end, c.total_steps)
+        if c.collector: self.pipe = Publish(self.pipe, self.collector, self.model, every=c.publish_every)
+
+    @staticmethod
+    def storage_nbytes(obs, max_sz:int, frames:bool, one_hot:bool=False) -> int:
+        ("Bytes the replay storage of `max_sz` transitions of `obs` (a size, a frame stack's or a grid's shape; "
+         "`one_hot`: an integer) once written.")
+        grid = isinstance(obs, tuple) and not frames   # a MinAtar grid: bool cells
+        dtype = np.uint8 if frames else bool if grid else np.int64 if one_hot else np.float32
+        state = np.zeros(() if one_hot else obs if isinstance(obs, tuple) else (obs,), dtype)
+        columns = step_columns(SimpleStep(state=state, action=0, next_state=state))
+        return FrameStorage(max_sz).nbytes_for(columns) if frames else max_sz * packed_dtype(columns).itemsize
+
+    @classmethod
+    def older_settings(cls, version:int) -> dict:
+        ("What a `Learner` checkpoint of an older `version` lacks, with the values its run had (`upgrade_checkpoint`): "
+         "settings (`config`) and checkpoint entries (`state`).")
+        config = dict(layer_norm=False) if version == 2 else {}   # version 2 had no LayerNorm: its MLP had none
+        if version < 5: config.update(collector=None, publish_every=50)   # before the collector: the loop stepped
+        config['replay_storage'] = 'memory'   # before the option: the buffer in memory
+        return dict(config=config, state=dict(collector=None) if version < 5 else {})
 
 # %% ../../nbs/06_learner.ipynb #79781261
-def upgrade_checkpoint(state:dict) -> dict:
-    ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
-     "for `check_state` to judge.")
+def upgrade_checkpoint(state:dict,
+                       # what the class that wrote it lacks at an older version: `older(version)` gives
+                       # `dict(config=..., state=...)` (the class's `older_settings`); None: nothing of its own
+                       older=None) -> dict:
+    ("An older checkpoint as the current version where its run can be rebuilt exactly: the format's changes, and "
+     "the settings and entries `older` gives where it lacks them; anything else unchanged, for `check_state` to "
+     "judge. `factories.upgraded` calls it with the `older_settings` of the registered class that wrote it.")
     config = state.get('config') if isinstance(state, dict) else None
-    older = isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)
-    if not older: return state
-    config, learner = dict(state['config']), state.get('learner')
-    if state['version'] == 2 and learner in ('Learner', 'ApexRun'):   # version 2 had no LayerNorm: its MLP had none
-        config.setdefault('layer_norm', False)
-    if state['version'] < 5:
-        if learner == 'ApexRun': config.setdefault('batches_per_call', 1)   # before the argument: one batch per call
-        if learner == 'Learner':   # a run from before the collector stepped its envs in the training loop
-            config.setdefault('collector', None); config.setdefault('publish_every', 50)
-        if learner in ('Learner', 'RecurrentLearner'): state = dict(state, collector=state.get('collector'))
+    if not (isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)):
+        return state
+    lacks = dict(config={}, state={}) if older is None else older(state['version'])
+    config, state = dict(config), dict(state)
+    for k, v in lacks['config'].items(): config.setdefault(k, v)
+    for k, v in lacks['state'].items(): state.setdefault(k, v)
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
-    if learner == 'Learner': config.setdefault('replay_storage', 'memory')   # before the option: in memory
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
     config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}

@@ -13,13 +13,14 @@ from ..core import SimpleStep
 from ..replay.sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
 from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, RunConfig, configured
-from .learner import Learner
+from .learner import PipeLearner
+from ..state import Stateful
 from ..replay.priorities import PRIORITIZATION
 from ..checks import check_int, check_number
 
 # %% auto #0
 __all__ = ['HideVelocities', 'make_cartpole_no_velocity', 'make_acrobot_no_velocity', 'RecurrentEpsilonGreedy',
-           'WithRecurrentState', 'rescale', 'unscale', 'sequence_step', 'SequenceQ', 'RecurrentConfig',
+           'WithRecurrentState', 'rescale', 'unscale', 'sequence_step', 'SequenceQ', 'RecurrentConfig', 'SequenceFeed',
            'RecurrentLearner']
 
 # %% ../../nbs/11_recurrent_learner.ipynb #7dfedeb4
@@ -182,7 +183,39 @@ class RecurrentConfig(RunConfig):
         if self.recurrent_state not in ('stored', 'zero'):
             raise ValueError(f"recurrent_state must be 'stored' or 'zero', got {self.recurrent_state!r}")
 
-class RecurrentLearner(Learner):
+class SequenceFeed(Stateful):
+    ("The part of a `RecurrentLearner` that knows its sequence replay: what a checkpoint keeps of it besides the "
+     "buffer, the open sequences (`SequenceReplayPipe.state_dict`) and the agent's carried LSTM state, under "
+     "`sequences`; `replay_items`, a transition pipe's count, is None.")
+    keys = frozenset({'sequences'})   # the checkpoint keys it adds to `CHECKPOINT_KEYS`
+    def __init__(self, sequences:SequenceReplayPipe, agent:RecurrentEpsilonGreedy):
+        self.sequences, self.agent = sequences, agent
+
+    def state_dict(self, exact:bool=True) -> dict:
+        ("Its checkpoint entries: with `exact` (the envs continue their episodes) the open sequences and the carried "
+         "state, else neither (fresh episodes: no open sequences, a fresh state).")
+        carried = self.agent.state if exact else None
+        return dict(replay_items=None, sequences=dict(self.sequences.state_dict(pending=exact), carried=carried))
+
+    def check_state(self, state:dict) -> dict:
+        "Its entries of checkpoint `state`, checked: what `assign` takes."
+        keys, sequences = {'pending', 'items', 'carried'}, state['sequences']
+        if not isinstance(sequences, dict) or set(sequences) != keys:
+            raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
+        if state['replay_items'] is not None:
+            raise ValueError(f"checkpoint replay_items must be None (a sequence replay), got {state['replay_items']!r}")
+        try:
+            pipe = self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
+            self.agent.check_carried(sequences['carried'])
+        except ValueError as e: raise ValueError(f"checkpoint {e}") from e
+        return dict(pipe, carried=sequences['carried'])
+
+    def assign(self, checked:dict):
+        "Take over the open sequences and the carried state `check_state` passed (None: a fresh state)."
+        self.sequences.assign({k: v for k, v in checked.items() if k != 'carried'})
+        self.agent.carry(checked['carried'])
+
+class RecurrentLearner(PipeLearner):
     "R2D2-style DQN: a `RecurrentQNetwork` acting with a carried state, trained on stored sequences with a burn-in."
     # its targets are double DQN's, its network its own; its sequence replay stays in memory, inside the checkpoint
     configs = (RecurrentConfig,)   # the dataclasses of the settings it takes by keyword: the command's flags
@@ -203,38 +236,15 @@ class RecurrentLearner(Learner):
                                                 weight_norm=c.weight_norm)
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=c.bs, length=c.length, every=c.train_every,
                                             burn_in=c.burn_in, warmup=c.warmup)
+        self.feed = SequenceFeed(self.sequences, agent)
         losses = SequenceQ(self.sequences, self.model, self.core.target_model, c.burn_in, c.n_step, c.gamma, c.eta,
                            stored, c.value_rescaling)
         self.pipe = self.core.train(losses, self.explorer, self.replay, c.max_grad_norm, tau=c.tau, per_id=True,
                                     updates=max(1, (c.total_steps - c.warmup) // c.train_every))
         self.anneal_lr(c.lr, c.lr_end, c.total_steps)
 
-    # Checkpoints: `Learner`'s state, plus the open sequences and the carried state
-    def state_dict(self,
-                   replay_save:str|None=None) -> dict: # ignored: the sequence replay has no directory save
-        ("`Learner`'s state plus the envs (when they can be saved), the open sequences and the carried state, "
-         "as plain data; the sequence replay inside it.")
-        state, envs = super().state_dict(), self.stepper.state_dict()
-        exact = envs['unsaved'] is None
-        carried = self.agent.state if exact else None
-        return dict(state, envs=envs if exact else None, fresh_episodes=None if exact else envs['unsaved'],
-                    sequences=dict(self.sequences.state_dict(pending=exact), carried=carried))
-
-    def check_state(self, state:dict) -> dict:
-        "`Learner.check_state`, plus the open sequences and the agent's carried LSTM state; what `assign` takes."
-        keys, sequences = {'pending', 'items', 'carried'}, state.get('sequences') if isinstance(state, dict) else None
-        if not isinstance(sequences, dict) or set(sequences) != keys:
-            raise ValueError(f"checkpoint of a RecurrentLearner must hold its open sequences: a dict of {sorted(keys)}")
-        checked = super().check_state({k: v for k, v in state.items() if k != 'sequences'})
-        try:
-            pipe = self.sequences.check_state({k: v for k, v in sequences.items() if k != 'carried'})
-            self.agent.check_carried(sequences['carried'])
-        except ValueError as e: raise ValueError(f"checkpoint {e}") from e
-        return dict(checked, sequences=dict(pipe, carried=sequences['carried']))
-
-    def assign(self, state:dict):
-        "`Learner.assign`, then the open sequences and the carried state `check_state` passed."
-        super().assign(state)
-        sequences = state['sequences']
-        self.sequences.assign({k: v for k, v in sequences.items() if k != 'carried'})
-        self.agent.carry(sequences['carried'])   # None with fresh episodes: a fresh state
+    @classmethod
+    def older_settings(cls, version:int) -> dict:
+        ("What a `RecurrentLearner` checkpoint of an older `version` lacks, with the values its run had "
+         "(`upgrade_checkpoint`): no settings; before version 5, the collector's entry (it had none).")
+        return dict(config={}, state=dict(collector=None) if version < 5 else {})

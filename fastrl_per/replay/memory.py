@@ -951,8 +951,9 @@ class ExperienceReplay(IterDataPipe):
                  buffer:ReplayBuffer|None=None, # an existing buffer to wrap instead of a new one
                  every:int=1, # incoming items between rounds of sampling
                  repeats:int=1, # batches sampled each round
-                 warmup:int|None=None): # steps stored before the first sample; None: bs
-        self.source_datapipe, self.return_idxs = source_datapipe, return_idxs
+                 warmup:int|None=None, # steps stored before the first sample; None: bs
+                 device=None): # where sampled batches go (the buffer's `sample(device=)`); None: where it keeps them
+        self.source_datapipe, self.return_idxs, self.device = source_datapipe, return_idxs, device
         self.buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed) if buffer is None else buffer
         self.every, self.repeats = check_int('every', every), check_int('repeats', repeats)
         self.warmup = self.bs if warmup is None else check_int('warmup', warmup)
@@ -971,7 +972,7 @@ class ExperienceReplay(IterDataPipe):
 
     def sample(self, bs:int|None=None):
         "A sampled batch, or `(batch, idxs)` when `return_idxs`."
-        batch = self.buffer.sample(bs)
+        batch = self.buffer.sample(bs, device=self.device)
         return (batch, batch.idxs) if self.return_idxs else batch
 
     def add(self, steps):

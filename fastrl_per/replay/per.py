@@ -118,12 +118,13 @@ class PrioritizedExperienceReplay(PriorityKnobs, ExperienceReplay):
                  warmup:int|None=None, # steps stored before the first sample; None: bs
                  buffer:PrioritizedReplayBuffer|None=None, # an existing buffer to wrap instead of a new one
                  prioritization=PRIORITIZATION, # a name in `KINDS` or a `PriorityKind` class (a partial: options)
-                 weight_norm:str=WEIGHT_NORM): # weights divided by the batch's largest weight ('batch') or the buffer's
+                 weight_norm:str=WEIGHT_NORM, # weights divided by the batch's largest weight ('batch') or the buffer's
+                 device=None): # where sampled batches go (the buffer's `sample(device=)`); None: where it keeps them
         if buffer is None: buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps,
                                                             seed=seed, prioritization=prioritization,
                                                             weight_norm=weight_norm)
         super().__init__(source_datapipe, return_idxs=return_idxs, buffer=buffer, every=every, repeats=repeats,
-                         warmup=warmup)
+                         warmup=warmup, device=device)
 
     lock = property(lambda self: self.buffer.lock)
     prioritizer = property(lambda self: self.buffer.prioritizer)

@@ -9,6 +9,7 @@ from fastcore.docments import docments
 from .. import __version__
 from .train import train, evaluate, RunInterrupted
 from dataclasses import fields
+from . import factories
 from .factories import learner_classes
 from ..replay.priorities import KINDS
 from ..stages.atari import ID_DEFAULTS
@@ -17,7 +18,7 @@ from ..checks import BadValue
 
 # %% auto #0
 __all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'aliases',
-           'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar', 'add_flag', 'function_flags',
+           'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar', 'add_flag', 'function_flags', 'chooser',
            'learner_arguments', 'learner_help', 'section', 'learner_flags', 'commands', 'aliases_note', 'Formatter',
            'Command', 'Hidden', 'HelpAll', 'train_flags', 'make_parser', 'one_line', 'flagged', 'show_warning', 'main']
 
@@ -103,18 +104,23 @@ def function_flags(group, func, names=None):
         else: add_flag(group, name, hint, f"{doc} (default: {typed(name, p.default)})")
 
 # %% ../../nbs/08_cli.ipynb #ae6b8a10
+def chooser(entry) -> str:
+    ("How the command chooses the registered learner `entry` (a `Registered` of `LEARNERS`): its `--model` name, or "
+     "`--actors` for one that `actors` chooses (Ape-X, with its model).")
+    return flag('actors') if entry.actors else entry.model
+
 def learner_arguments() -> dict:
     ("Every setting of the registered learners (`LEARNERS`: the fields of each one's `configs`; of Ape-X's, its own): "
-     "its type, its comment and its default in each model that takes it.")
+     "its type, its comment and its default in each learner that takes it, by its `chooser`.")
     arguments, own = {}, set(inspect.signature(train).parameters)   # train's own flags (--actors) are not a learner's
-    for model, cls in learner_classes(models=False).items():
-        for config in cls.configs:
+    for entry in factories.LEARNERS.values():   # read when called: the registry as it stands
+        for config in entry.cls.configs:
             hints, docs = typing.get_type_hints(config), field_docs(config)
             for f in fields(config):
-                # a learner a flag chooses (Ape-X: --actors) adds only flags of its own
-                if f.name in own or (model.startswith('--') and f.name in arguments): continue
+                # a learner `actors` chooses (Ape-X) adds only flags of its own: its model's are the model's
+                if f.name in own or (entry.actors and f.name in arguments): continue
                 arg = arguments.setdefault(f.name, dict(hint=hints[f.name], doc=docs.get(f.name, ''), defaults={}))
-                arg['defaults'][model] = f.default
+                arg['defaults'][chooser(entry)] = f.default
     return arguments
 
 def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:
@@ -218,7 +224,7 @@ class HelpAll(argparse.Action):
 def train_flags(sub, full:bool=False):
     ("`train`'s flags on parser `sub`, in sections: the run's, then the learner's (every model's and the default "
      "model's); then each other model's and Ape-X's, listed only when `full` (they parse either way).")
-    apex = '--actors'   # Ape-X's own arguments (`learner_arguments`) and train's `actors`
+    apex = flag('actors')   # the section of Ape-X's own arguments (`learner_arguments`) and train's `actors`
     own = [n for n in inspect.signature(train).parameters if n != 'actors']
     function_flags(sub.add_argument_group('the run'), train, own)
     default, *others = learner_classes()

@@ -5,12 +5,12 @@
 # %% ../../nbs/07c_factories.ipynb #7ac94883
 from __future__ import annotations
 import inspect
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import MappingProxyType
 import gymnasium as gym
 from gymnasium.error import DependencyNotInstalled
-from ..learners.learner import Learner
+from ..learners.learner import Learner, upgrade_checkpoint
 from ..learners.recurrent_learner import RecurrentLearner
 from ..learners.apex import ApexRun, require_ray, DEPLOYMENT
 from ..stages.atari import id_defaults
@@ -19,8 +19,9 @@ from .rundir import load_checkpoint, settle_checkpoint, REPLAY_DIR, RunLearner
 from ..checks import check_int, BadValue, install_line
 
 # %% auto #0
-__all__ = ['LEARNERS', 'check_env_dependencies', 'learner_classes', 'settings_fields', 'placed', 'build_learner',
-           'restore_learner', 'new_learner', 'env_defaults', 'resume_learner', 'apex_class']
+__all__ = ['LEARNERS', 'check_env_dependencies', 'Registered', 'learner_classes', 'checkpoint_class', 'upgraded',
+           'settings_fields', 'placed', 'build_learner', 'restore_learner', 'new_learner', 'env_defaults',
+           'resume_learner', 'registered']
 
 # %% ../../nbs/07c_factories.ipynb #96b5e691
 def check_env_dependencies(env_id):
@@ -34,13 +35,32 @@ def check_env_dependencies(env_id):
         raise ValueError(f"{env_id} needs {missing}, which is not installed: {how}") from None
 
 # %% ../../nbs/07c_factories.ipynb #41235744
-# every learner a run can use (a `RunLearner`), registered here and nowhere else: by its `model` name, or for Ape-X
-# by '--actors', the flag that chooses it (`train`'s `actors`, with the mlp model). Their configs make the flags.
-LEARNERS = MappingProxyType({'mlp': Learner, 'recurrent': RecurrentLearner, '--actors': ApexRun})
+@dataclass(frozen=True)
+class Registered:
+    "A learner a run can use (a `RunLearner` class), as `LEARNERS` registers it: the class and how `train` chooses it."
+    cls:type
+    model:str # the `model` name that chooses it
+    actors:bool=False # chosen (with `model`) when `train` has `actors` > 0, workers on Ray; else when it has none
+
+# every learner a run can use, registered here and nowhere else, by a name of its own; their configs make the flags
+LEARNERS = MappingProxyType({'mlp': Registered(Learner, 'mlp'), 'recurrent': Registered(RecurrentLearner, 'recurrent'),
+                             'apex': Registered(ApexRun, 'mlp', actors=True)})
 
 def learner_classes(models:bool=True) -> dict:
-    "The registered learners (`LEARNERS`) that a `model` name chooses; `models=False`: all of them, by their keys."
-    return {k: cls for k, cls in LEARNERS.items() if not (models and k.startswith('--'))}
+    ("The registered learners (`LEARNERS`) that a `model` name chooses without `actors`, by that name; "
+     "`models=False`: all of them, by their names in `LEARNERS`.")
+    if models: return {e.model: e.cls for e in LEARNERS.values() if not e.actors}
+    return {name: e.cls for name, e in LEARNERS.items()}
+
+def checkpoint_class(state) -> type|None:
+    "The registered learner class that wrote checkpoint `state` (its `learner`, the class's name); None if none did."
+    name = state.get('learner') if isinstance(state, dict) else None
+    return next((cls for cls in learner_classes(models=False).values() if cls.__name__ == name), None)
+
+def upgraded(state) -> dict:
+    ("Checkpoint `state` as the current version where it can be (`upgrade_checkpoint`), with what the registered "
+     "class that wrote it says its older checkpoints lack (its `older_settings`; a class without one has none).")
+    return upgrade_checkpoint(state, getattr(checkpoint_class(state), 'older_settings', None))
 
 def settings_fields(cls) -> dict:
     ("The settings learner class `cls` takes by keyword, by name: the fields (`dataclasses.Field`, with their "
@@ -53,19 +73,18 @@ def placed(cls, replay_dir) -> dict:
     return dict(replay_dir=Path(replay_dir)) if takes else {}
 
 def build_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
-    ("A new learner of the kind and config a checkpoint was written by, its state not loaded; `replay_dir`: its "
-     "replay's directory; `deployment`: where an Ape-X run runs now.")
-    classes = {cls.__name__: cls for cls in learner_classes(models=False).values()}
-    if state.get('learner') not in classes:
-        raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
+    ("A new learner of the kind and config a checkpoint was written by (an older version `upgraded`), its state not "
+     "loaded; `replay_dir`: its replay's directory; `deployment`: where an Ape-X run runs now.")
+    cls, state = checkpoint_class(state), upgraded(state)
+    if cls is None: raise ValueError(f"checkpoint of an unknown learner {state.get('learner')!r}")
     check_env_dependencies((state.get('config') or {}).get('env_id'))
-    cls = classes[state['learner']]
     try: return cls(**{**state['config'], **deployment, **placed(cls, replay_dir)})
     except TypeError as e: raise ValueError(f"checkpoint config does not fit {state['learner']}: {e}") from e
 
 def restore_learner(state:dict, replay_dir=None, **deployment) -> RunLearner:
-    ("The learner a checkpoint was written by, with its state restored (a replay saved in a directory: from "
-     "`replay_dir`); `deployment`: where an Ape-X run runs now.")
+    ("The learner a checkpoint was written by, with its state restored (an older version `upgraded`; a replay saved "
+     "in a directory: from `replay_dir`); `deployment`: where an Ape-X run runs now.")
+    state = upgraded(state)
     learner = build_learner(state, replay_dir, **deployment)
     learner.load_state_dict(state)
     return learner
@@ -77,8 +96,8 @@ def new_learner(model:str,
      "a `ValueError` naming an argument it does not take.")
     if model not in learner_classes():
         raise BadValue(f"model must be one of {sorted(learner_classes())}, got {model!r}")
-    if config.get('actors'): cls, kind = apex_class(model), '`actors`'
-    else: cls, kind = learner_classes()[model], f'model={model!r}'
+    cls = registered(model, bool(config.get('actors'))).cls
+    kind = '`actors`' if config.get('actors') else f'model={model!r}'
     params = settings_fields(cls)
     foreign = [f'`{k}`' for k in config if k not in params]
     if foreign: raise BadValue(f"{', '.join(foreign)} does not apply to {kind}")
@@ -95,10 +114,10 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[RunLearne
     ("The learner of the run in `run_dir`, its checkpoint and notes; `config` may change `total_steps` only. A "
      "checkpoint a crash interrupted is settled first (`settle_checkpoint`).")
     settled = settle_checkpoint(run_dir)
-    state = load_checkpoint(run_dir)
+    state = upgraded(load_checkpoint(run_dir))
     deployment = {k: v for k, v in config.items() if k in DEPLOYMENT}   # where a run runs may change: it is not the run
     config = {k: v for k, v in config.items() if k not in DEPLOYMENT}
-    old, cls = state['config'], {c.__name__: c for c in learner_classes().values()}.get(state.get('learner'))
+    old, cls = state['config'], checkpoint_class(state)
     conflicts = [f"{k}={v!r} (the run has {old.get(k)!r})"
                  for k, v in config.items() if k != 'total_steps' and old.get(k) != v]
     if model is not None and learner_classes().get(model) is not cls:
@@ -118,10 +137,15 @@ def resume_learner(run_dir:Path, model:str|None, config:dict) -> tuple[RunLearne
                     f"the envs started fresh episodes (seeded from the seed plus the step count), because {why}"))
     return learner, state, notes
 
-def apex_class(model:str) -> type:
-    ("`ApexRun`, what `actors` trains (an mlp Q-network); a `ValueError` naming the extra to install "
-     "if Ray is missing.")
-    if model != 'mlp': raise ValueError(f"`actors` trains the mlp Q-network (Ape-X), not model={model!r}")
-    try: require_ray()
-    except ImportError as e: raise ValueError(str(e)) from None
-    return learner_classes(models=False)['--actors']
+def registered(model:str, actors:bool=False) -> Registered:
+    ("The entry of `LEARNERS` that `model` chooses with `actors` (Ape-X's, on Ray) or without; a `ValueError` if "
+     "none is registered so, or naming the extra to install if the one with `actors` finds no Ray.")
+    entry = next((e for e in LEARNERS.values() if e.model == model and e.actors == actors), None)
+    if entry is None and actors:
+        trains = ' or '.join(e.model for e in LEARNERS.values() if e.actors)
+        raise ValueError(f"`actors` trains the {trains} Q-network (Ape-X), not model={model!r}")
+    if entry is None: raise BadValue(f"model must be one of {sorted(learner_classes())}, got {model!r}")
+    if actors:
+        try: require_ray()
+        except ImportError as e: raise ValueError(str(e)) from None
+    return entry

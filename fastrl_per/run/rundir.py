@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager
 from typing import Iterator, Protocol, runtime_checkable
 import torch.nn as nn
 from ..learners.dqn import EpisodeReturns
-from ..learners.learner import upgrade_checkpoint
 from ..stages.atari import make_env, defaults_source
 from ..checks import DirLock, save_atomically, write_atomically
 from ..replay.store import SavedArrays, STATE_FILE
@@ -180,8 +179,8 @@ def settle_checkpoint(run_dir) -> str|None:
     return "the last checkpoint was interrupted before its replay was saved: the run resumes from the one before"
 
 def load_checkpoint(run_dir) -> dict:
-    ("The checkpoint of `run_dir`, upgraded to the current version where it can be; a `ValueError` naming the file "
-     "if it is missing or unreadable.")
+    ("The checkpoint of `run_dir` as it was written (`factories.upgraded` brings an older version up to date, by the "
+     "learner class that wrote it); a `ValueError` naming the file if it is missing or unreadable.")
     path = Path(run_dir) / 'checkpoint.pt'
     if not path.exists():
         raise RunRefused(f"no checkpoint at {str(path)!r}: {str(run_dir)!r} is not a run that saved one; "
@@ -190,7 +189,7 @@ def load_checkpoint(run_dir) -> dict:
     except Exception as e: raise ValueError(f"cannot read checkpoint {str(path)!r}: {e}") from e
     if not isinstance(state, dict) or 'config' not in state:
         raise ValueError(f"{str(path)!r} is not a fastrl_per checkpoint")
-    return upgrade_checkpoint(state)
+    return state
 
 def read_metrics(run_dir) -> dict:
     "The columns of `run_dir`'s metrics.csv as float arrays (nan where empty)."

@@ -21,7 +21,7 @@ from .rundir import (METRIC_COLUMNS, check_new_run_dir, confirmed_return, keep_m
                                episode_rows, RunLearner, LOCK_FILE, PENDING, RunRefused, check_confined,
                                clear_unstarted, hold_run_dir, is_run, unstarted)
 from .monitor import MetricsFile, Progress, RunBoard, plot_metrics, require_cli_extra, run_ending, size_text
-from .factories import new_learner, build_learner, resume_learner
+from .factories import new_learner, build_learner, resume_learner, upgraded
 from ..learners.learner import torch_threads
 
 # %% auto #0
@@ -445,7 +445,7 @@ def evaluate(run_dir:str, # a run directory written by train
      "saying which. It reads the network only (not the replay), so it can run beside the run's training.")
     check_int('episodes', episodes)
     if video: check_video_extra()
-    state = load_checkpoint(run_dir)
+    state = upgraded(load_checkpoint(run_dir))   # an older version as today's, by the class that wrote it
     best = None if latest else load_best(run_dir)
     for line in manifest_differences(read_manifest(run_dir)): warnings.warn(line, RunMismatchWarning)
     learner = build_learner(state, Path(run_dir) / REPLAY_DIR)   # a replay on disk there is not opened
