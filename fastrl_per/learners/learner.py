@@ -21,7 +21,7 @@ from ..replay.priorities import PRIORITIZATION
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful
-from ..checks import check_int
+from ..checks import check_int, BadValue
 from ..stages.nstep import NStepTransitions
 from ..core import SimpleStep
 from ..replay.memory import step_columns, packed_dtype
@@ -30,10 +30,12 @@ from ..replay.frames import FrameStorage
 from .conv import NatureQNetwork, MinAtarQNetwork
 from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
+from ..replay.devicetree import DevicePriorities
+from .dqn import pick_device
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
-           'q_network', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
+           'q_network', 'device_memory', 'check_fits', 'make_replay', 'Learner', 'upgrade_checkpoint']
 
 # %% ../../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -75,6 +77,9 @@ class DQNConfig(MLPConfig):
     # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
     collector:Literal['process', 'thread']|None=None
     replay_storage:Literal['memory', 'disk']='memory' # 'disk': the replay in mapped files in RUN/replay
+    # where the replay lives: 'host' (numpy arrays, the compiled sum tree) or 'device' (torch tensors on the network's
+    # device: proportional or uniform replay of flat observations, in memory)
+    replay_device:Literal['host', 'device']='host'
 
     def __post_init__(self):
         "A `ValueError` naming the first setting `Learner` does not take."
@@ -86,7 +91,19 @@ class DQNConfig(MLPConfig):
             raise ValueError(f"replay_storage must be 'memory' or 'disk', got {self.replay_storage!r}")
         if self.collector not in (None, 'process', 'thread'):
             raise ValueError(f"collector must be 'process' or 'thread', got {self.collector!r}")
+        self.check_replay_device()
         super().__post_init__()
+
+    def check_replay_device(self):
+        "A `ValueError` naming what a replay on the device does not keep: other than proportional, or on disk."
+        if self.replay_device not in ('host', 'device'):
+            raise BadValue(f"replay_device must be 'host' or 'device', got {self.replay_device!r}")
+        if self.replay_device == 'host': return
+        if self.replay == 'per' and self.prioritization != DevicePriorities.prioritization:
+            raise BadValue(f"replay_device='device' draws {DevicePriorities.prioritization!r} priorities, got "
+                             f"prioritization={self.prioritization!r}: use replay_device='host' for it")
+        if self.replay_storage == 'disk':
+            raise BadValue("replay_device='device' keeps the replay in device memory, not replay_storage='disk'")
 
 def observations(env_id:str, collector:str|None) -> tuple:
     ("`(obs, n_actions, grid, frames, one_hot)` of `env_id`: its observation shape (a size, a frame stack's or a "
@@ -109,24 +126,34 @@ def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bo
     if frames: return NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
     return QNetwork(obs, n_actions, hidden, dueling, layer_norm, one_hot)
 
-def check_fits(nbytes:int, max_sz:int) -> int:
-    "`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if this machine has less memory."
-    if nbytes > physical_memory():
+def device_memory(device:torch.device|None=None) -> tuple[int, str]:
+    ("Bytes a replay may take on `device` and what they are: a CUDA device's free memory "
+     "(`torch.cuda.mem_get_info`), else (the host, or None) this machine's.")
+    if device is not None and device.type == 'cuda': return torch.cuda.mem_get_info(device)[0], f"{device}'s free"
+    return physical_memory(), "this machine's"
+
+def check_fits(nbytes:int, max_sz:int, device:torch.device|None=None) -> int:
+    ("`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if `device` (None: the host) "
+     "has less memory (`device_memory`).")
+    free, whose = device_memory(device)
+    if nbytes > free:
         raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {nbytes / 1e9:.1f} GB, "
-                         f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
-                         "choose a smaller `max_sz`")
+                         f"more than {whose} {free / 1e9:.1f} GB; choose a smaller `max_sz`"
+                         + (" or replay_device='host'" if whose != "this machine's" else ""))
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, weight_norm:str, path=None, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, path=None, device=None, **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
      "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; "
-     "`cadence`: the pipe's `every`, `repeats` and `warmup`.")
+     "`device`: its torch tensors there (None: host arrays); `cadence`: the pipe's `every`, `repeats` and `warmup`.")
     storage = FrameStorage(max_sz, path=path) if frames else None if path is None else RingStorage(max_sz, path=path)
     if replay == 'uniform':
-        return ExperienceReplay(steps, buffer=ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage), **cadence)
+        buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage, device=device)
+        return ExperienceReplay(steps, buffer=buffer, **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
-                                     prioritization=prioritization, storage=storage, weight_norm=weight_norm)
+                                     prioritization=prioritization, storage=storage, weight_norm=weight_norm,
+                                     device=device)
     return PrioritizedExperienceReplay(steps, buffer=buffer, **cadence)
 
 class Learner(Stateful):
@@ -151,8 +178,12 @@ class Learner(Stateful):
             raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
         obs, n_actions, grid, frames, one_hot = observations(c.env_id, c.collector)
+        if frames and c.replay_device == 'device':
+            raise BadValue(f"replay_device='device' keeps flat observations; {c.env_id!r} has frames (a "
+                             "FrameStorage on the host): train it with replay_device='host'")
+        on_device = pick_device(c.device) if c.replay_device == 'device' else None
         self.replay_nbytes = self.storage_nbytes(obs, c.max_sz, frames, one_hot)
-        if not disk: check_fits(self.replay_nbytes, c.max_sz)   # on disk it may exceed the memory
+        if not disk: check_fits(self.replay_nbytes, c.max_sz, on_device)   # on disk it may exceed the memory
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
         self.core = DQNCore(network, c.lr, c.device)
@@ -162,7 +193,7 @@ class Learner(Stateful):
         if c.n_step > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
         self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
-                                  c.prioritization, c.weight_norm, self.replay_dir if disk else None,
+                                  c.prioritization, c.weight_norm, self.replay_dir if disk else None, on_device,
                                   every=c.train_every, repeats=c.gradient_steps, warmup=c.warmup)
         stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
         rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
@@ -335,9 +366,13 @@ class Learner(Stateful):
 
 # %% ../../nbs/06_learner.ipynb #79781261
 def upgrade_checkpoint(state:dict) -> dict:
-    ("An older checkpoint as the current version where its run can be rebuilt exactly; anything else unchanged, "
-     "for `check_state` to judge.")
+    ("An older checkpoint (or one from before `replay_device`) as the current version where its run can be rebuilt "
+     "exactly; anything else unchanged, for `check_state` to judge.")
     config = state.get('config') if isinstance(state, dict) else None
+    known = isinstance(config, dict) and state.get('version') in (2, 3, 4, 5, CHECKPOINT_VERSION)
+    if known and state.get('learner') == 'Learner':   # a run from before the option: its replay on the host
+        config = {**config, **{k: v for k, v in dict(replay_device='host').items() if k not in config}}
+        state = dict(state, config=config)
     older = isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)
     if not older: return state
     config, learner = dict(state['config']), state.get('learner')
