@@ -80,6 +80,9 @@ class DQNConfig(MLPConfig):
     # where the replay lives: 'host' (numpy arrays, the compiled sum tree) or 'device' (torch tensors on the network's
     # device: proportional or uniform replay of flat observations, in memory)
     replay_device:Literal['host', 'device']='host'
+    # torch.compile the networks the loss runs (forward and backward): a compile of seconds to a minute first, which
+    # torch caches on disk for the next run ($TORCHINDUCTOR_CACHE_DIR, else its temporary directory)
+    compile:bool=False
 
     def __post_init__(self):
         "A `ValueError` naming the first setting `Learner` does not take."
@@ -186,7 +189,7 @@ class Learner(Stateful):
         if not disk: check_fits(self.replay_nbytes, c.max_sz, on_device)   # on disk it may exceed the memory
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
-        self.core = DQNCore(network, c.lr, c.device)
+        self.core = DQNCore(network, c.lr, c.device, c.compile)
         agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
         if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
@@ -366,12 +369,13 @@ class Learner(Stateful):
 
 # %% ../../nbs/06_learner.ipynb #79781261
 def upgrade_checkpoint(state:dict) -> dict:
-    ("An older checkpoint (or one from before `replay_device`) as the current version where its run can be rebuilt "
-     "exactly; anything else unchanged, for `check_state` to judge.")
+    ("An older checkpoint (or one from before `replay_device` and `compile`) as the current version where its run "
+     "can be rebuilt exactly; anything else unchanged, for `check_state` to judge.")
     config = state.get('config') if isinstance(state, dict) else None
     known = isinstance(config, dict) and state.get('version') in (2, 3, 4, 5, CHECKPOINT_VERSION)
-    if known and state.get('learner') == 'Learner':   # a run from before the option: its replay on the host
-        config = {**config, **{k: v for k, v in dict(replay_device='host').items() if k not in config}}
+    if known and state.get('learner') == 'Learner':   # a run from before the options: replay on the host, no compile
+        added = dict(replay_device='host', compile=False)
+        config = {**config, **{k: v for k, v in added.items() if k not in config}}
         state = dict(state, config=config)
     older = isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)
     if not older: return state
