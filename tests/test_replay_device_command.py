@@ -51,7 +51,8 @@ def test_uniform_replay_on_the_device_trains_as_on_the_host(tmp_path):
     assert (tmp_path / 'device' / 'metrics.csv').read_bytes() == (tmp_path / 'host' / 'metrics.csv').read_bytes()
 
 @pytest.mark.parametrize('flags, says', [
-    (['--prioritization', 'rank'], "--replay-device 'device' draws 'proportional' priorities, got --prioritization 'rank'"),
+    (['--prioritization', 'rank'],
+     "--replay-device 'device' draws 'proportional' priorities, got --prioritization 'rank'"),
     (['--prioritization', 'lap'], "got --prioritization 'lap'"),
     (['--replay-storage', 'disk'], "not --replay-storage 'disk'"),
     (['--model', 'recurrent'], "--replay-device does not apply to --model 'recurrent'"),
