@@ -1,14 +1,20 @@
 """Prioritized replay on the training device against the host tree with its copies: the time of a sample, an update
 and a learner step (sample then update) at N = 2^20 and B = 256, 1,024 and 65,536, timed with CUDA events on a GPU
-(wall clock on the CPU), and torchrl's PrioritizedSampler where torchrl imports.
-Usage: python benchmarks/gpu_replay.py [--device cuda] [--quick] [--reps 50]; --device cpu --quick runs in seconds."""
+(wall clock on the CPU), and torchrl's PrioritizedSampler where torchrl imports. Then an Atari-shaped DQN step on the
+device (84x84x4 uint8 frames in a device `ReplayBuffer`, the Nature network, Adam) with uniform and prioritized
+replay at B = 32 and 256, run eagerly and captured in a CUDA graph (the capture needs CUDA).
+Usage: python benchmarks/gpu_replay.py [--device cuda] [--quick] [--reps 50]; --device cpu --quick runs in seconds
+(N = 2^12; the DQN step at B = 32 alone)."""
 import argparse, time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from fastrl_per.replay.devicetree import DevicePriorities
 from fastrl_per.replay.priorities import Priorities
+from fastrl_per.replay.memory import ReplayBuffer
+from fastrl_per.learners.conv import NatureQNetwork
 
 
 def timer(device):
@@ -78,6 +84,75 @@ def torchrl_sampler(n, bs, device):
     return sample, update, step
 
 
+def atari_replay(n, device, chunk=8192):
+    "A `ReplayBuffer` on `device` holding `n` Atari-shaped transitions (4 stacked 84x84 uint8 frames, 6 actions)."
+    buffer = ReplayBuffer(max_sz=n, bs=32, seed=0, device=device)
+    for start in range(0, n, chunk):   # in chunks: the random frames made for a write are a chunk, not the buffer
+        k = min(chunk, n - start)
+        frames = torch.randint(0, 256, (k + 1, 4, 84, 84), dtype=torch.uint8, device=device)
+        buffer.extend(state=frames[:-1], action=torch.randint(0, 6, (k,), device=device),
+                      reward=torch.rand(k, device=device), next_state=frames[1:],
+                      terminated=torch.rand(k, device=device) < 0.01)
+    return buffer
+
+
+def dqn_step(replay, prioritized, bs, device, capturable=False):
+    ("One DQN update on `replay`'s device, host-free: draw `bs` slots (uniform, or from a `DevicePriorities` over "
+     "them), gather the batch, the weighted Huber loss of the Nature network against its target, Adam, and the "
+     "priority update.")
+    n = len(replay)
+    net, target = NatureQNetwork(4, 6).to(device), NatureQNetwork(4, 6).to(device).requires_grad_(False)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4, capturable=capturable)
+    core = None
+    if prioritized:
+        core = DevicePriorities(n, device=device)
+        core.add(0, n)
+    def step():
+        if core is None: keys, weights = torch.randint(n, (bs,), device=device), torch.ones(bs, device=device)
+        else: keys, weights = core.draw_given(torch.rand(bs, dtype=torch.float64, device=device), check=False)
+        b = replay.storage.gather(keys)
+        q = net(b.state).gather(1, b.action.long().unsqueeze(1)).squeeze(1)
+        with torch.no_grad(): goal = b.reward + 0.99 * target(b.next_state).max(1).values * ~b.terminated
+        (F.smooth_l1_loss(q, goal, reduction='none') * weights).mean().backward()
+        opt.step()
+        if core is not None: core.update_unchecked(keys, goal - q.detach())
+    return step, opt
+
+
+def captured(replay, prioritized, bs, device):
+    "`dqn_step` captured in a CUDA graph (after warm-up steps on a side stream): one replay per step."
+    step, opt = dqn_step(replay, prioritized, bs, device, capturable=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    opt.zero_grad(set_to_none=True)   # the captured backward then writes the gradients, it does not add to them
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph): step()
+    return graph.replay
+
+
+def atari_rows(n, batches, reps, device, timed):
+    "The table's rows of the Atari-shaped DQN step: uniform and prioritized, eager and captured, at each B."
+    replay = atari_replay(n, device)
+    for bs in batches:
+        for prioritized in (False, True):
+            name = f"Atari DQN {'PER' if prioritized else 'uniform'}"
+            step, opt = dqn_step(replay, prioritized, bs, device)
+            def eager():
+                opt.zero_grad(set_to_none=True)
+                step()
+            print(f"{name + ', eager':<28}{bs:>8}{'':>24}{timed(eager, reps):>12.1f}")
+            if device.type != 'cuda':
+                print(f"{name + ', captured':<28}{bs:>8}{'':>24}{'needs CUDA':>12}")
+                continue
+            replay_graph = captured(replay, prioritized, bs, device)
+            print(f"{name + ', captured':<28}{bs:>8}{'':>24}{timed(replay_graph, reps):>12.1f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
@@ -90,15 +165,17 @@ def main():
     unit = 'GPU us (CUDA events)' if device.type == 'cuda' else 'wall us'
     print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'host'}), "
           f"torch {torch.__version__}, N = {n:,}, {a.reps} reps; times in {unit}")
-    print(f"{'replay':<26}{'B':>8}{'sample':>12}{'update':>12}{'step':>12}")
+    print(f"{'replay':<28}{'B':>8}{'sample':>12}{'update':>12}{'step':>12}")
     for bs in batches:
         for name, make in (('ours on the device', ours_on_device), ('ours on the host + copy', ours_on_host),
                            ('torchrl PrioritizedSampler', torchrl_sampler)):
             ops = make(n, bs, device)
             if ops is None:
-                print(f"{name:<26}{bs:>8}   torchrl does not import here")
+                print(f"{name:<28}{bs:>8}   torchrl does not import here")
                 continue
-            print(f"{name:<26}{bs:>8}" + ''.join(f"{timed(f, a.reps):>12.1f}" for f in ops))
+            print(f"{name:<28}{bs:>8}" + ''.join(f"{timed(f, a.reps):>12.1f}" for f in ops))
+    # quick: B = 32 alone, one timed step; else 100,000 transitions (5.6 GB of frames) and B = 32 and 256
+    atari_rows(*((512, (32,), 1) if a.quick else (100_000, (32, 256), a.reps)), device, timed)
 
 
 if __name__ == '__main__': main()

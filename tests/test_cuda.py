@@ -1,7 +1,10 @@
 """The CUDA paths (issue #25): `sample(device='cuda')` through pinned memory, priorities from TD errors that live on
-the GPU, the MLP learner, TD3's own loop and the command training there. They run only where torch sees a GPU and
-are skipped elsewhere (CI has none). On a GPU machine: `python -m pytest -q tests/test_cuda.py`."""
+the GPU, the MLP learner, TD3's own loop and the command training there (its replay on the GPU too, and refused when
+it does not fit), and the prepared benchmark capturing its DQN step in a CUDA graph. They run only where torch sees a
+GPU and are skipped elsewhere (CI has none). On a GPU machine, with the table:
+`python benchmarks/gpu_replay.py && python -m pytest -q tests/test_cuda.py`."""
 import json, subprocess, sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,3 +67,27 @@ def test_the_command_trains_with_device_auto_on_the_gpu(tmp_path):
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / 'r' / 'run.json').read_text())
     assert manifest['device'].startswith('cuda') and manifest['cuda'], manifest   # the default device='auto' chose it
+
+
+def test_the_command_keeps_the_replay_on_the_gpu(tmp_path):
+    done = subprocess.run([sys.executable, '-m', 'fastrl_per', 'train', '--steps', '600', '--out', str(tmp_path / 'r'),
+                           '--device', 'cuda', '--replay-device', 'device', '--no-progress'],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    state = torch.load(tmp_path / 'r' / 'checkpoint.pt', weights_only=True)
+    assert state['config']['replay_device'] == 'device' and state['env_steps'] == 600
+
+
+def test_a_replay_bigger_than_the_gpus_free_memory_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"needs 100\.0 GB, more than cuda:0's free .* or replay_device='host'"):
+        Learner('CartPole-v1', device='cuda', replay_device='device', max_sz=1_250_000_000)   # 80 bytes a transition
+
+
+def test_the_prepared_script_captures_the_atari_step():
+    "`benchmarks/gpu_replay.py --quick` on the GPU: every Atari DQN row, captured ones included, is a time."
+    script = str(Path(__file__).parent.parent / 'benchmarks' / 'gpu_replay.py')
+    done = subprocess.run([sys.executable, script, '--device', 'cuda', '--quick'], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [r for r in done.stdout.splitlines() if r.startswith('Atari DQN')]
+    assert len(rows) == 4 and all(float(r.split()[-1]) > 0 for r in rows), done.stdout

@@ -402,10 +402,13 @@ class DQNCore(Stateful):
     def __init__(self,
                  model:nn.Module, # the online Q-network; moved to `device`
                  lr:float, # Adam learning rate
-                 device:str='cpu'): # where the networks train: 'auto', 'cpu', 'cuda', 'cuda:N' (`pick_device`)
+                 device:str='cpu', # where the networks train: 'auto', 'cpu', 'cuda', 'cuda:N' (`pick_device`)
+                 compile:bool=False): # the loss through `torch.compile`d networks (forward and backward)
         self.device = pick_device(device)
         self.model = model.to(self.device)
         self.target_model = deepcopy(self.model).requires_grad_(False)
+        # what the loss calls: the networks, or compiled wrappers sharing their parameters (the state is the networks')
+        self.online, self.target = (torch.compile(m) if compile else m for m in (self.model, self.target_model))
         self.optimizer = adam(self.model, lr)
         self.target_update: TargetUpdate | None = None   # the stages that count updates, once `train` chains them
         self.anneal: AnnealBeta | None = None   # None without priority feedback
@@ -413,7 +416,7 @@ class DQNCore(Stateful):
     def losses(self, samples, gamma:float, double:bool=False) -> WeightedLoss:
         ("The importance-weighted DQN loss of each batch of `samples`, sampled onto the networks' `device` (a "
          "replay pipe's `device`: the buffer's `sample(device=)`).")
-        return WeightedLoss(TDTargets(OnlineQ(samples, self.model, double), self.target_model, gamma))
+        return WeightedLoss(TDTargets(OnlineQ(samples, self.online, double), self.target, gamma))
 
     def train(self,
               losses, # yields `TrainStep`s with their loss (`losses`, or a learner's own)

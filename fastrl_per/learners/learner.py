@@ -21,7 +21,7 @@ from ..replay.priorities import PRIORITIZATION
 from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful
-from ..checks import check_int
+from ..checks import check_int, BadValue
 from ..stages.nstep import NStepTransitions
 from ..core import SimpleStep
 from ..replay.memory import step_columns, packed_dtype
@@ -30,10 +30,13 @@ from ..replay.frames import FrameStorage
 from .conv import NatureQNetwork, MinAtarQNetwork
 from .schedules import AnnealLR
 from .collect import AsyncCollector, Publish
+from ..replay.devicetree import DevicePriorities
+from .dqn import pick_device
 
 # %% auto #0
 __all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
-           'q_network', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner', 'Learner', 'upgrade_checkpoint']
+           'q_network', 'device_memory', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner', 'Learner',
+           'upgrade_checkpoint']
 
 # %% ../../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -75,6 +78,12 @@ class DQNConfig(MLPConfig):
     # a background worker, 'process' or 'thread', steps the envs with a copy of the network; none: the loop
     collector:Literal['process', 'thread']|None=None
     replay_storage:Literal['memory', 'disk']='memory' # 'disk': the replay in mapped files in RUN/replay
+    # where the replay lives: 'host' (numpy arrays, the compiled sum tree) or 'device' (torch tensors on the network's
+    # device: proportional or uniform replay of flat observations, in memory)
+    replay_device:Literal['host', 'device']='host'
+    # torch.compile the networks the loss runs (forward and backward): a compile of seconds to a minute first, which
+    # torch caches on disk for the next run ($TORCHINDUCTOR_CACHE_DIR, else its temporary directory)
+    compile:bool=False
 
     def __post_init__(self):
         "A `ValueError` naming the first setting `Learner` does not take."
@@ -86,7 +95,19 @@ class DQNConfig(MLPConfig):
             raise ValueError(f"replay_storage must be 'memory' or 'disk', got {self.replay_storage!r}")
         if self.collector not in (None, 'process', 'thread'):
             raise ValueError(f"collector must be 'process' or 'thread', got {self.collector!r}")
+        self.check_replay_device()
         super().__post_init__()
+
+    def check_replay_device(self):
+        "A `ValueError` naming what a replay on the device does not keep: other than proportional, or on disk."
+        if self.replay_device not in ('host', 'device'):
+            raise BadValue(f"replay_device must be 'host' or 'device', got {self.replay_device!r}")
+        if self.replay_device == 'host': return
+        if self.replay == 'per' and self.prioritization != DevicePriorities.prioritization:
+            raise BadValue(f"replay_device='device' draws {DevicePriorities.prioritization!r} priorities, got "
+                             f"prioritization={self.prioritization!r}: use replay_device='host' for it")
+        if self.replay_storage == 'disk':
+            raise BadValue("replay_device='device' keeps the replay in device memory, not replay_storage='disk'")
 
 def observations(env_id:str, collector:str|None) -> tuple:
     ("`(obs, n_actions, grid, frames, one_hot)` of `env_id`: its observation shape (a size, a frame stack's or a "
@@ -109,26 +130,36 @@ def q_network(obs, n_actions:int, grid:bool, frames:bool, hidden:int, dueling:bo
     if frames: return NatureQNetwork(obs[0], n_actions, dueling, frame_size=obs[-1])
     return QNetwork(obs, n_actions, hidden, dueling, layer_norm, one_hot)
 
-def check_fits(nbytes:int, max_sz:int) -> int:
-    "`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if this machine has less memory."
-    if nbytes > physical_memory():
+def device_memory(device:torch.device|None=None) -> tuple[int, str]:
+    ("Bytes a replay may take on `device` and what they are: a CUDA device's free memory "
+     "(`torch.cuda.mem_get_info`), else (the host, or None) this machine's.")
+    if device is not None and device.type == 'cuda': return torch.cuda.mem_get_info(device)[0], f"{device}'s free"
+    return physical_memory(), "this machine's"
+
+def check_fits(nbytes:int, max_sz:int, device:torch.device|None=None) -> int:
+    ("`nbytes`, what a replay of `max_sz` transitions takes; a `ValueError` if `device` (None: the host) "
+     "has less memory (`device_memory`).")
+    free, whose = device_memory(device)
+    if nbytes > free:
         raise ValueError(f"a replay buffer of {max_sz:,} transitions needs {nbytes / 1e9:.1f} GB, "
-                         f"more than this machine's {physical_memory() / 1e9:.1f} GB; "
-                         "choose a smaller `max_sz`")
+                         f"more than {whose} {free / 1e9:.1f} GB; choose a smaller `max_sz`"
+                         + (" or replay_device='host'" if whose != "this machine's" else ""))
     return nbytes
 
 def make_replay(steps, replay:str, frames:bool, max_sz:int, bs:int, seed:int, alpha:float, beta:float, eps:float,
-                prioritization:str, weight_norm:str, path=None, device=None, **cadence) -> ExperienceReplay:
+                prioritization:str, weight_norm:str, path=None, device=None, storage_device=None,
+                **cadence) -> ExperienceReplay:
     ("The replay pipe after `steps`: prioritized (`replay='per'`) or uniform, its storage a `FrameStorage` for "
      "`frames` (each frame once), else a ring, in memory-mapped files in the directory `path` if given; its batches "
-     "sampled onto `device` (the buffer's `sample(device=)`; None: the host); `cadence`: the pipe's `every`, "
-     "`repeats` and `warmup`.")
+     "sampled onto `device` (the buffer's `sample(device=)`; None: the host); `storage_device`: the buffer's torch "
+     "tensors there (None: host arrays); `cadence`: the pipe's `every`, `repeats` and `warmup`.")
     storage = FrameStorage(max_sz, path=path) if frames else None if path is None else RingStorage(max_sz, path=path)
     if replay == 'uniform':
-        buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage)
+        buffer = ReplayBuffer(max_sz=max_sz, bs=bs, seed=seed, storage=storage, device=storage_device)
         return ExperienceReplay(steps, buffer=buffer, device=device, **cadence)
     buffer = PrioritizedReplayBuffer(max_sz=max_sz, bs=bs, alpha=alpha, beta=beta, eps=eps, seed=seed,
-                                     prioritization=prioritization, storage=storage, weight_norm=weight_norm)
+                                     prioritization=prioritization, storage=storage, weight_norm=weight_norm,
+                                     device=storage_device)
     return PrioritizedExperienceReplay(steps, buffer=buffer, device=device, **cadence)
 
 # %% ../../nbs/06_learner.ipynb #e06d8092
@@ -328,11 +359,15 @@ class Learner(PipeLearner):
             raise ValueError("replay_storage='disk' keeps the buffer in files: give a `replay_dir` for them")
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
         obs, n_actions, grid, frames, one_hot = observations(c.env_id, c.collector)
+        if frames and c.replay_device == 'device':
+            raise BadValue(f"replay_device='device' keeps flat observations; {c.env_id!r} has frames (a "
+                             "FrameStorage on the host): train it with replay_device='host'")
+        on_device = pick_device(c.device) if c.replay_device == 'device' else None
         self.replay_nbytes = self.storage_nbytes(obs, c.max_sz, frames, one_hot)
-        if not disk: check_fits(self.replay_nbytes, c.max_sz)   # on disk it may exceed the memory
+        if not disk: check_fits(self.replay_nbytes, c.max_sz, on_device)   # on disk it may exceed the memory
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
-        self.core = DQNCore(network, c.lr, c.device)
+        self.core = DQNCore(network, c.lr, c.device, c.compile)
         agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
         if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
@@ -340,8 +375,8 @@ class Learner(PipeLearner):
             steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
         self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
                                   c.prioritization, c.weight_norm, self.replay_dir if disk else None,
-                                  device=self.core.device, every=c.train_every, repeats=c.gradient_steps,
-                                  warmup=c.warmup)
+                                  device=self.core.device, storage_device=on_device, every=c.train_every,
+                                  repeats=c.gradient_steps, warmup=c.warmup)
         self.feed = TransitionFeed(self.replay)
         stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
         rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
@@ -369,6 +404,7 @@ class Learner(PipeLearner):
         config = dict(layer_norm=False) if version == 2 else {}   # version 2 had no LayerNorm: its MLP had none
         if version < 5: config.update(collector=None, publish_every=50)   # before the collector: the loop stepped
         config['replay_storage'] = 'memory'   # before the option: the buffer in memory
+        config.update(replay_device='host', compile=False)   # before the options: the replay on the host, no compile
         return dict(config=config, state=dict(collector=None) if version < 5 else {})
 
 # %% ../../nbs/06_learner.ipynb #79781261
@@ -376,16 +412,19 @@ def upgrade_checkpoint(state:dict,
                        # what the class that wrote it lacks at an older version: `older(version)` gives
                        # `dict(config=..., state=...)` (the class's `older_settings`); None: nothing of its own
                        older=None) -> dict:
-    ("An older checkpoint as the current version where its run can be rebuilt exactly: the format's changes, and "
+    ("An older checkpoint (or one of this version from before its settings were added) as the current version "
+     "where its run can be rebuilt exactly: the format's changes, and "
      "the settings and entries `older` gives where it lacks them; anything else unchanged, for `check_state` to "
      "judge. `factories.upgraded` calls it with the `older_settings` of the registered class that wrote it.")
     config = state.get('config') if isinstance(state, dict) else None
-    if not (isinstance(state, dict) and state.get('version') in (2, 3, 4, 5) and isinstance(config, dict)):
+    if not (isinstance(state, dict) and state.get('version') in (2, 3, 4, 5, CHECKPOINT_VERSION)
+            and isinstance(config, dict)):
         return state
     lacks = dict(config={}, state={}) if older is None else older(state['version'])
     config, state = dict(config), dict(state)
     for k, v in lacks['config'].items(): config.setdefault(k, v)
     for k, v in lacks['state'].items(): state.setdefault(k, v)
+    if state['version'] == CHECKPOINT_VERSION: return dict(state, config=config)   # settings added since: only those
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`

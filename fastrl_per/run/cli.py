@@ -17,10 +17,11 @@ from ..learners.dqn import field_docs
 from ..checks import BadValue
 
 # %% auto #0
-__all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'TRAIN_HELP', 'flag', 'aliases',
-           'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar', 'add_flag', 'function_flags', 'chooser',
-           'learner_arguments', 'learner_help', 'section', 'learner_flags', 'commands', 'aliases_note', 'Formatter',
-           'Command', 'Hidden', 'HelpAll', 'train_flags', 'make_parser', 'one_line', 'flagged', 'show_warning', 'main']
+__all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'REPLAY_DEVICE_NOTE',
+           'TRAIN_HELP', 'flag', 'aliases', 'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar',
+           'add_flag', 'function_flags', 'chooser', 'learner_arguments', 'learner_help', 'section', 'learner_flags',
+           'commands', 'aliases_note', 'Formatter', 'Command', 'Hidden', 'HelpAll', 'train_flags', 'make_parser',
+           'one_line', 'flagged', 'show_warning', 'main']
 
 # %% ../../nbs/08_cli.ipynb #505ef520
 FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs', address='ray_address')
@@ -134,7 +135,8 @@ def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:
     if len(defaults) < len(learner_classes()): parts.insert(0, f"{', '.join(defaults)} only")
     return f"{doc} ({'; '.join(parts)})"
 
-SECTIONS = dict(collector='--collector', publish_every='--collector')   # learner arguments in a section of their own
+# learner arguments in a section of their own
+SECTIONS = dict(collector='--collector', publish_every='--collector', replay_device='--replay-device')
 
 def section(name:str, defaults:dict) -> str:
     ("The section of `train --help` that lists the flag of learner argument `name`, taken by the models in "
@@ -171,6 +173,12 @@ def commands() -> dict:
                           "run greedy episodes with a run's best network (--latest: its last; --video records them)",
                           ['fastrl_per evaluate runs/dqn',
                            'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
+
+REPLAY_DEVICE_NOTE = ("--replay-device device keeps the buffer and its priority tree as torch tensors on --device "
+                      "(a GPU's memory, or the host's with --device cpu): no copy of each batch to the network. "
+                      "It must fit in that device's free memory, and takes uniform or proportional replay of flat "
+                      "observations in memory (not --prioritization rank or lap, --replay-storage disk, frames, "
+                      "--model recurrent or --actors).")
 
 TRAIN_HELP = ("Below: the flags of every run and of the default model (mlp), with its defaults; --help-all adds "
               "the flags of --model recurrent, --collector and Ape-X (--actors N), and the defaults of --model "
@@ -233,6 +241,8 @@ def train_flags(sub, full:bool=False):
                                               ATARI_NOTE if full else None),
               **{m: group(f'the {m} model only (--model {m})') for m in others},
               '--collector': group('the background collector (--collector; mlp only)'),
+              '--replay-device': sub.add_argument_group('where the replay lives (--replay-device; mlp only)',
+                                                        REPLAY_DEVICE_NOTE),
               apex: group('Ape-X on Ray (--actors N; the ray extra)')}
     function_flags(groups[apex], train, ['actors'])
     learner_flags(groups, full)
