@@ -165,12 +165,14 @@ def test_train_help_shows_the_common_flags_first_in_at_most_100_lines(columns, m
     assert '--help-all' in '\n'.join(lines[:8]), lines[:8]   # the first lines say where the rest is
     headings = [l for l in lines if l and not l[0].isspace() and l.endswith(':')]
     assert headings[:3] == ['options:', 'the run:', 'the learner (a flag marked "mlp only": --model mlp alone):'], headings
-    for hidden in ('--length', '--burn-in', '--recurrent-state', '--collector', '--actors', '--chunk', 'MinAtar ids:'):
+    for hidden in ('--length', '--burn-in', '--recurrent-state', '--collector', '--actors', '--chunk', 'MinAtar ids:',
+                   '--replay-device', '--compile'):
         assert hidden not in short.split('options:')[1], hidden
     full = run('train', '--help-all', env=dict(COLUMNS=str(columns)), check=0).stdout
     sections = [l for l in full.splitlines() if l and not l[0].isspace() and l.endswith(':')]
     assert sections == ['options:', 'the run:', 'the learner (a flag marked "mlp only": --model mlp alone):',
                         'the recurrent model only (--model recurrent):', 'the background collector (--collector; mlp only):',
+                        'the replay and the update on the device (--replay-device, --compile; mlp only):',
                         'Ape-X on Ray (--actors N; the ray extra):',
                         'the names Stable-Baselines3 and CleanRL use, taken as well:', 'examples:'], sections
     assert full.index('--length INT') > full.index('the recurrent model only') and full.index('--chunk INT') > full.index('Ape-X')

@@ -17,7 +17,7 @@ from ..learners.dqn import field_docs
 from ..checks import BadValue
 
 # %% auto #0
-__all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'REPLAY_DEVICE_NOTE',
+__all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES', 'ATARI_NOTE', 'DEVICE_SECTION', 'DEVICE_NOTE',
            'TRAIN_HELP', 'flag', 'aliases', 'typed', 'optional', 'base_type', 'choices', 'converter', 'metavar',
            'add_flag', 'function_flags', 'chooser', 'learner_arguments', 'learner_help', 'section', 'learner_flags',
            'commands', 'aliases_note', 'Formatter', 'Command', 'Hidden', 'HelpAll', 'train_flags', 'make_parser',
@@ -136,7 +136,8 @@ def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:
     return f"{doc} ({'; '.join(parts)})"
 
 # learner arguments in a section of their own
-SECTIONS = dict(collector='--collector', publish_every='--collector', replay_device='--replay-device')
+SECTIONS = dict(collector='--collector', publish_every='--collector', replay_device='--replay-device',
+                compile='--replay-device')
 
 def section(name:str, defaults:dict) -> str:
     ("The section of `train --help` that lists the flag of learner argument `name`, taken by the models in "
@@ -174,15 +175,17 @@ def commands() -> dict:
                           ['fastrl_per evaluate runs/dqn',
                            'fastrl_per evaluate runs/dqn --latest --episodes 1 --video']))
 
-REPLAY_DEVICE_NOTE = ("--replay-device device keeps the buffer and its priority tree as torch tensors on --device "
-                      "(a GPU's memory, or the host's with --device cpu): no copy of each batch to the network. "
-                      "It must fit in that device's free memory, and takes uniform or proportional replay of flat "
-                      "observations in memory (not --prioritization rank or lap, --replay-storage disk, frames, "
-                      "--model recurrent or --actors).")
+DEVICE_SECTION = 'the replay and the update on the device (--replay-device, --compile; mlp only)'
+DEVICE_NOTE = ("--replay-device device keeps the buffer and its priority tree as torch tensors on --device (a GPU's "
+               "memory, or the host's with --device cpu): no copy of each batch to the network. It must fit in that "
+               "device's free memory, and takes uniform or proportional replay of flat observations in memory (not "
+               "--prioritization rank or lap, --replay-storage disk, frames, --model recurrent or --actors). "
+               "--compile runs the update's networks through torch.compile: the first updates wait for the compile "
+               "(seconds to a minute; torch keeps it on disk for the next run), the later ones may be faster.")
 
 TRAIN_HELP = ("Below: the flags of every run and of the default model (mlp), with its defaults; --help-all adds "
-              "the flags of --model recurrent, --collector and Ape-X (--actors N), and the defaults of --model "
-              "recurrent and of ALE/... and MinAtar/... ids.")
+              "the flags of --model recurrent, --collector, --replay-device, --compile and Ape-X (--actors N), and "
+              "the defaults of --model recurrent and of ALE/... and MinAtar/... ids.")
 
 def aliases_note() -> str:
     "The part of `train --help-all`'s epilog that lists the aliases, each flag with its other names."
@@ -241,8 +244,7 @@ def train_flags(sub, full:bool=False):
                                               ATARI_NOTE if full else None),
               **{m: group(f'the {m} model only (--model {m})') for m in others},
               '--collector': group('the background collector (--collector; mlp only)'),
-              '--replay-device': sub.add_argument_group('where the replay lives (--replay-device; mlp only)',
-                                                        REPLAY_DEVICE_NOTE),
+              '--replay-device': sub.add_argument_group(DEVICE_SECTION, DEVICE_NOTE) if full else Hidden(sub),
               apex: group('Ape-X on Ray (--actors N; the ray extra)')}
     function_flags(groups[apex], train, ['actors'])
     learner_flags(groups, full)
