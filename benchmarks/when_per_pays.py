@@ -101,7 +101,7 @@ def summary(rows:list[dict], kinds, envs) -> list[str]:
     fmt = lambda v, lo, hi, d: f"{v:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]"
     lines = []
     for group, norm in [*[([e], False) for e in envs], (envs, True)]:
-        name = group[0] if not norm else f"all {len(envs)} envs, normalised (random 0, threshold 1)"
+        name = group[0] if not norm else f"the {len(envs)} envs pooled, normalised (random 0, threshold 1)"
         d = 2 if norm else 1
         lines += ['', f"**{name}**", '',
                   "| replay | runs | final ≥ threshold | IQM final greedy return | IQM AUC | P(final > uniform's) "
