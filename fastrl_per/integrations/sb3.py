@@ -5,6 +5,7 @@
 # %% ../../nbs/16_sb3.ipynb
 from __future__ import annotations
 import hashlib, inspect
+from types import MappingProxyType
 from typing import NamedTuple
 import numpy as np, torch
 import torch.nn.functional as F
@@ -499,9 +500,9 @@ def upstream():
             'TQC.train': TQC.train, 'quantile_huber_loss': quantile_huber_loss}
 
 # `source_hash` of each upstream function the copies were made from (stable-baselines3 2.9.2, sb3-contrib 2.9.2)
-UPSTREAM_HASHES = {'DQN.train': '696507cb4053336a', 'SAC.train': '0ac7abe1c18ba7fe', 'TD3.train': '4f3638f813b0efba',
-                   'QRDQN.train': 'a6f745272c748318', 'TQC.train': 'eccee1e17ece85ba',
-                   'quantile_huber_loss': '231840f2c652b69e'}
+UPSTREAM_HASHES = MappingProxyType({
+    'DQN.train': '696507cb4053336a', 'SAC.train': '0ac7abe1c18ba7fe', 'TD3.train': '4f3638f813b0efba',
+    'QRDQN.train': 'a6f745272c748318', 'TQC.train': 'eccee1e17ece85ba', 'quantile_huber_loss': '231840f2c652b69e'})
 
 def upstream_changes() -> list[str]:
     "The upstream functions whose installed source differs from the one our copy was made from (none: all proven)."

@@ -58,10 +58,11 @@ def physical_memory() -> int:
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 CHECKPOINT_VERSION = 6
-CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
-                   'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector',
-                   'replay_save'}
-RUN_KEYS = {'board'}   # what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
+CHECKPOINT_KEYS = frozenset({'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent',
+                             'env_steps', 'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs',
+                             'fresh_episodes', 'collector', 'replay_save'})
+# what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
+RUN_KEYS = frozenset({'board'})
 
 @dataclass(frozen=True)
 class DQNConfig(MLPConfig):
