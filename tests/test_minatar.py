@@ -33,7 +33,7 @@ def test_learner_stores_bool_grids_and_uses_the_minatar_network():
 
 # Revisiting Rainbow (Obando-Ceron & Castro 2021), Configs/dqn_*.gin and Dopamine's JaxDQNAgent defaults: the settings a
 # MinAtar run resolves to (target_update_period 1,000 env steps = 250 updates of one per 4 steps; see nbs/02c_atari)
-PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000,
+PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, explore_start=1.0, explore_end=0.01, explore_steps=250_000,
              warmup=1_000, target_every=250, train_every=4, gradient_steps=1, double=False, n_step=1,
              max_grad_norm=None)
 

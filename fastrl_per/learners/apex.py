@@ -33,11 +33,11 @@ __all__ = ['APEX_BS', 'DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardab
            'join_shards', 'ReplayClient', 'ApexDeployment', 'ApexConfig', 'ApexRun', 'Batches']
 
 # %% ../../nbs/13_apex.ipynb #7d0d4a80
-def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
-    "The exploration rate of each of `n` actors: eps_base ** (1 + alpha * i / (n - 1)); eps_base for one actor."
-    check_int('actors', n); check_number('eps_base', eps_base); check_number('alpha', alpha)
-    if eps_base > 1: raise ValueError(f"eps_base must be a probability in [0, 1], got {eps_base!r}")
-    return [eps_base] if n == 1 else [eps_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
+def apex_epsilons(n:int, explore_base:float=0.4, alpha:float=7.) -> list[float]:
+    "The exploration rate of each of `n` actors: `explore_base ** (1 + alpha * i / (n - 1))`; itself for one actor."
+    check_int('actors', n); check_number('explore_base', explore_base); check_number('alpha', alpha)
+    if explore_base > 1: raise ValueError(f"explore_base must be a probability in [0, 1], got {explore_base!r}")
+    return [explore_base] if n == 1 else [explore_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
 
 # %% ../../nbs/13_apex.ipynb #66071c22
 def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
@@ -164,7 +164,7 @@ class ApexActor:
                  env_id:str,
                  # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  replay,
-                 eps_end:float, # this actor's exploration rate after its decay
+                 explore_end:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
                  n:int=3, # steps of each n-step return
@@ -172,15 +172,15 @@ class ApexActor:
                  hidden:int=128, # hidden units of the Q-network
                  layer_norm:bool=True, # LayerNorm in its hidden layers, as the learner's network
                  timeout:float=60., # seconds to wait for the replay
-                 eps_start:float|None=None, # exploration at its first step; None: `eps_end` throughout
-                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `eps_end`
+                 explore_start:float|None=None, # exploration at its first step; None: `explore_end` throughout
+                 explore_steps:int=1, # env steps of the linear fall from `explore_start` to `explore_end`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
         self.gamma, self.timeout = check_gamma(gamma), timeout
-        start = eps_end if eps_start is None else eps_start
+        start = explore_end if explore_start is None else explore_start
         net = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
-        self.policy = PolicyCopy(net, n_actions, start, eps_end, decay_steps, seed=seed)
+        self.policy = PolicyCopy(net, n_actions, start, explore_end, explore_steps, seed=seed)
         self.policy.agent.advance_to(steps)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
@@ -340,12 +340,12 @@ class ApexConfig(MLPConfig):
     # a kind Ape-X can split over its replay shards (`shardable`): a name in `KINDS` or a class
     prioritization:str|type=PRIORITIZATION
     tau:float=0.02
-    eps_decay_steps:int=5_000 # env steps (all actors' together) of linear epsilon decay
-    eps_end:float=0.01 # a single actor's exploration after the decay
+    explore_steps:int=5_000 # env steps (all actors' together) of linear epsilon decay
+    explore_end:float=0.01 # a single actor's exploration after the decay
     publish_every:int=50 # updates between weight publications
     actors:int=2 # env-stepping actors
-    # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
-    eps_base:float=0.4
+    # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, explore_base)`
+    explore_base:float=0.4
     chunk:int=50 # transitions an actor pushes per call
     replay_ratio:float=1. # at most this many updates per env step
     # batches the learner fetches from the replay per call (their priorities go back in one call too)
@@ -362,7 +362,7 @@ class ApexConfig(MLPConfig):
         check_int('max_restarts', self.max_restarts, low=0)
         check_number('replay_ratio', self.replay_ratio, low_ok=False)
         check_number('timeout', self.timeout, low_ok=False)
-        for name, rate in (('eps_start', self.eps_start), ('eps_end', self.eps_end)):
+        for name, rate in (('explore_start', self.explore_start), ('explore_end', self.explore_end)):
             if check_number(name, rate) > 1:
                 raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
 
@@ -385,8 +385,8 @@ class ApexRun(Stateful):
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
         self.shards_saved = None   # the id of the shards' last save in `replay_dir`
         self.capacity = shard_capacity(c.max_sz, c.replay_shards)
-        self.epsilons = apex_epsilons(c.actors, c.eps_base) if c.actors > 1 else [c.eps_end]
-        self.decay = max(1, c.eps_decay_steps // c.actors)   # each actor's share of the decay
+        self.epsilons = apex_epsilons(c.actors, c.explore_base) if c.actors > 1 else [c.explore_end]
+        self.decay = max(1, c.explore_steps // c.actors)   # each actor's share of the decay
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
@@ -405,7 +405,7 @@ class ApexRun(Stateful):
         obs_dim, n_actions = discrete_env_dims(c.env_id)
         torch.manual_seed(c.seed)
         self.core = DQNCore(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
-        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.eps_start, self.epsilons[-1],
+        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.explore_start, self.epsilons[-1],
                                                    self.decay, seed=c.seed)
 
     def assemble(self):
@@ -476,7 +476,7 @@ class ApexRun(Stateful):
         base = c.seed + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
         self.actors = [actor_class.remote(c.env_id, turn(i), e, base + 1_000 * (i + 1),
                                           c.nenvs, c.n_step, c.gamma, c.hidden, c.layer_norm,
-                                          self.timeout, c.eps_start, self.decay, self.actor_steps[i])
+                                          self.timeout, c.explore_start, self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]
         done, _ = ray.wait(refs, num_returns=n, timeout=self.timeout)

@@ -5,6 +5,7 @@
 # %% ../../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
 from typing import Literal
+from types import MappingProxyType
 import os
 from pathlib import Path
 import numpy as np
@@ -34,9 +35,9 @@ from ..replay.devicetree import DevicePriorities
 from .dqn import pick_device
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
-           'q_network', 'device_memory', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner', 'Learner',
-           'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'FORMER_NAMES', 'torch_threads', 'physical_memory', 'DQNConfig',
+           'observations', 'q_network', 'device_memory', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner',
+           'Learner', 'upgrade_checkpoint']
 
 # %% ../../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -63,6 +64,9 @@ CHECKPOINT_KEYS = frozenset({'version', 'learner', 'config', 'model', 'target_mo
                              'fresh_episodes', 'collector', 'replay_save'})
 # what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
 RUN_KEYS = frozenset({'board'})
+# the exploration settings' names before they were `explore_*`: checkpoints of any version may hold them
+FORMER_NAMES = MappingProxyType(dict(eps_start='explore_start', eps_end='explore_end', eps_decay_steps='explore_steps',
+                                     eps_base='explore_base'))
 
 @dataclass(frozen=True)
 class DQNConfig(MLPConfig):
@@ -369,7 +373,7 @@ class Learner(PipeLearner):
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
         self.core = DQNCore(network, c.lr, c.device, c.compile)
-        agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
+        agent = EpsilonGreedy(self.model, n_actions, c.explore_start, c.explore_end, c.explore_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
         if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
         if c.n_step > 1:   # open windows carry over between fits
@@ -422,13 +426,13 @@ def upgrade_checkpoint(state:dict,
             and isinstance(config, dict)):
         return state
     lacks = dict(config={}, state={}) if older is None else older(state['version'])
-    config, state = dict(config), dict(state)
+    config, state = {FORMER_NAMES.get(k, k): v for k, v in config.items()}, dict(state)   # today's names, in order
     for k, v in lacks['config'].items(): config.setdefault(k, v)
     for k, v in lacks['state'].items(): state.setdefault(k, v)
     if state['version'] == CHECKPOINT_VERSION: return dict(state, config=config)   # settings added since: only those
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
-    config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}
+    config = {dict(envs='nenvs', epsilon='explore_base').get(k, k): v for k, v in config.items()}
     # version 5 kept the replay buffer inside the checkpoint, always
     return dict(state, version=CHECKPOINT_VERSION, config=config, replay_save=None)

@@ -163,7 +163,7 @@ class RecurrentConfig(RunConfig):
     # the episodes' kind: a name in `KINDS` or a `PriorityKind` class; the config records its name
     prioritization:str|type=PRIORITIZATION
     tau:float=0.005
-    eps_decay_steps:int=10_000
+    explore_steps:int=10_000
     length:int=16 # steps per sequence that are trained on
     burn_in:int=8 # steps before them that only advance the recurrent state
     # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
@@ -226,8 +226,8 @@ class RecurrentLearner(PipeLearner):
         obs_dim, n_actions, one_hot = env_dims(c.env_id)   # one_hot: Discrete observations, stored as integers
         torch.manual_seed(c.seed)
         self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions, one_hot), c.lr)
-        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c.eps_start, end=c.eps_end,
-                                       decay_steps=c.eps_decay_steps, seed=c.seed)
+        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c.explore_start, end=c.explore_end,
+                                       decay_steps=c.explore_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed)
         stored = c.recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)

@@ -27,16 +27,19 @@ __all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES
 # %% ../../nbs/08_cli.ipynb #505ef520
 FLAG_NAMES = MappingProxyType(dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs',
                                    address='ray_address'))
-# the names Stable-Baselines3 and CleanRL give the same settings, taken as well
+# the names Stable-Baselines3 and CleanRL give the same settings, and this command's former names of the exploration
+# settings (`--eps-start` ...), taken as well
 FLAG_ALIASES = MappingProxyType(dict(
     env_id=('env_id',), total_steps=('total_timesteps',), bs=('batch_size',), lr=('learning_rate',),
     warmup=('learning_starts',), nenvs=('num_envs', 'n_envs'), train_every=('train_freq', 'train_frequency'),
-    eps_start=('start_e', 'exploration_initial_eps'), eps_end=('end_e', 'exploration_final_eps'), n_step=('n_steps',)))
+    explore_start=('eps_start', 'start_e', 'exploration_initial_eps'),
+    explore_end=('eps_end', 'end_e', 'exploration_final_eps'), explore_steps=('eps_decay_steps',),
+    explore_base=('eps_base',), n_step=('n_steps',)))
 # their names for settings that this command counts in other units: the flag to use instead
 FLAG_INSTEAD = MappingProxyType(dict(
     target_network_frequency='--target-every (in updates, not env steps)',
     target_update_interval='--target-every (in updates, not env steps)',
-    exploration_fraction='--eps-decay-steps (in env steps, not a fraction of --steps)'))
+    exploration_fraction='--explore-steps (in env steps, not a fraction of --steps)'))
 
 def flag(name:str) -> str:
     "The command-line flag of argument `name`."

@@ -112,7 +112,7 @@ class SignRewards(IterDataPipe):
 # %% ../../nbs/02c_atari.ipynb #d70d7401
 ATARI_DEFAULTS = MappingProxyType(dict(
     total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
-    eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, double=True, n_step=1))
+    explore_start=1.0, explore_end=0.1, explore_steps=1_000_000, lr=6.25e-5, double=True, n_step=1))
 
 def capped_defaults(table:dict, total_steps:int|None=None) -> dict:
     "`table` for a run of `total_steps` env steps: a buffer of at most `total_steps`, a warm-up of at most a quarter."
@@ -128,7 +128,7 @@ def atari_defaults(total_steps:int|None=None) -> dict:
 # %% ../../nbs/02c_atari.ipynb #2ee9fa6c
 MINATAR_DEFAULTS = MappingProxyType(dict(
     total_steps=1_000_000, max_sz=100_000, bs=32, train_every=4, gradient_steps=1, target_every=250, warmup=1_000,
-    eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000, lr=2.5e-4, gamma=0.99, double=False, n_step=1,
+    explore_start=1.0, explore_end=0.01, explore_steps=250_000, lr=2.5e-4, gamma=0.99, double=False, n_step=1,
     max_grad_norm=None))
 
 # the tables, by the ids they serve
