@@ -20,7 +20,7 @@ from ..checks import feedback_arrays
 from ..replay.priorities import annealed_beta, check_weight_norm, EPS
 from ..replay.priorities import KINDS, PRIORITIZATION, kind_class
 from .collect import PolicyCopy, Publish
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNUpdate, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION, torch_threads
@@ -404,7 +404,7 @@ class ApexRun(Stateful):
         c = self.config
         obs_dim, n_actions = discrete_env_dims(c.env_id)
         torch.manual_seed(c.seed)
-        self.core = DQNCore(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
+        self.dqn_update = DQNUpdate(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
         self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.explore_start, self.epsilons[-1],
                                                    self.decay, seed=c.seed)
 
@@ -413,7 +413,7 @@ class ApexRun(Stateful):
          "weights every `publish_every` updates.")
         c = self.config
         updates = max(1, round(c.total_steps * c.replay_ratio))
-        self.pipe = self.core.train(self.core.losses(Batches(self), c.gamma, c.double), self.explorer,
+        self.pipe = self.dqn_update.train(self.dqn_update.losses(Batches(self), c.gamma, c.double), self.explorer,
                                     self.replay, c.max_grad_norm, tau=c.tau, updates=updates)
         self.pipe = Publish(self.pipe, self, self.model, every=c.publish_every)
 
@@ -426,11 +426,11 @@ class ApexRun(Stateful):
     @property
     def updates(self) -> int:
         "Updates made so far."
-        return self.core.updates
+        return self.dqn_update.updates
     @property
     def model(self) -> nn.Module:
-        "The online Q-network (its `core`'s): what `evaluate` plays and the actors are sent."
-        return self.core.model
+        "The online Q-network (its `dqn_update`'s): what `evaluate` plays and the actors are sent."
+        return self.dqn_update.model
     @property
     def published(self) -> int:
         "The version of the weights the actors were last sent."
@@ -661,7 +661,7 @@ class ApexRun(Stateful):
         if saved and not self.running: replay_save = self.shards_saved
         replay = None if saved else self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
-                    **self.core.state_dict(), replay=replay, replay_save=replay_save if saved else None,
+                    **self.dqn_update.state_dict(), replay=replay, replay_save=replay_save if saved else None,
                     agent=self.agent.state_dict(),
                     **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
@@ -690,9 +690,9 @@ class ApexRun(Stateful):
             for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
         else: replay = self.check_shard_saves()
         episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
-        core, agent = self.core.check_state(state), self.agent.check_state(state['agent'])
+        dqn_update, agent = self.dqn_update.check_state(state), self.agent.check_state(state['agent'])
         check_torch_rng(state['torch_rng'])
-        return dict(state, replay=replay, episodes=episodes, core=core, agent=agent)
+        return dict(state, replay=replay, episodes=episodes, dqn_update=dqn_update, agent=agent)
 
     def check_shard_saves(self) -> None:
         ("A `ValueError` unless every shard's directory holds a save its buffer loads (journals put back first); None: "
@@ -709,10 +709,10 @@ class ApexRun(Stateful):
         self.replay_state, self.actor_steps = checked['replay'], list(checked['actor_steps'])
         self.shards_saved = checked.get('replay_save')
         self.version = checked['weights_version']
-        self.core.assign(checked['core'])
+        self.dqn_update.assign(checked['dqn_update'])
         self.agent.assign(checked['agent'])
         self.episodes.assign(checked['episodes'])
-        anneal = self.core.anneal
+        anneal = self.dqn_update.anneal
         if anneal.steps: self.replay.anneal_beta(min(1., anneal.steps / anneal.total_steps), anneal.final)
         torch.set_rng_state(checked['torch_rng'])
         if 'shard_rng' in checked: self.shard_rng.bit_generator.state = checked['shard_rng']

@@ -30,7 +30,7 @@ from ..stages.nstep import nstep_discount, check_gamma
 __all__ = ['DuelingHead', 'mlp', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch',
            'OnlineQ', 'pick_device', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore', 'check_torch_rng', 'field_docs',
+           'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNUpdate', 'check_torch_rng', 'field_docs',
            'RunConfig', 'MLPConfig', 'configured']
 
 # %% ../../nbs/05c_dqn.ipynb #412c451b
@@ -397,7 +397,7 @@ def discrete_env_dims(env_id:str,
     return obs, n_actions
 
 # %% ../../nbs/05c_dqn.ipynb #cf9780b2
-class DQNCore(Stateful):
+class DQNUpdate(Stateful):
     "The Q-network, its target copy and the optimiser on one device, and the update chained after sampled batches."
     def __init__(self,
                  model:nn.Module, # the online Q-network; moved to `device`
@@ -446,7 +446,7 @@ class DQNCore(Stateful):
 
     def check_state(self, state:dict) -> dict:
         ("The keys of `state_dict()` from `state` (a checkpoint) if they load: the networks and optimiser are tried "
-         "on copies, so one that does not fit raises and this core is as it was.")
+         "on copies, so one that does not fit raises and these networks are as they were.")
         keys = ('model', 'target_model', 'optimizer', 'updates')
         check_keys('checkpoint', state, keys)
         model, target_model, optimizer = deepcopy((self.model, self.target_model, self.optimizer))

@@ -19,7 +19,7 @@ from ..replay.memory import ReplayBuffer, ExperienceReplay, RingStorage
 from ..replay.store import SavedArrays
 from ..replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from ..replay.priorities import PRIORITIZATION
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNUpdate, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful
 from ..checks import check_int, BadValue
@@ -186,10 +186,10 @@ class TransitionFeed(Stateful):
 
 class PipeLearner(Stateful):
     ("What the learners made of one pipeline in this process share (`Learner`, `RecurrentLearner`): acting, "
-     "training, a run's hooks and the checkpoint. A subclass's `__init__` makes the parts these read: `config`, `core` "
-     "(a `DQNCore`), the stream of steps (`act`), `replay` (a buffer or its pipe), `feed` (what the checkpoint keeps "
-     "of the replay besides the buffer: a `TransitionFeed`, or another part with its `keys`) and `pipe`, the metrics "
-     "rows.")
+     "training, a run's hooks and the checkpoint. A subclass's `__init__` makes the parts these read: `config`, "
+     "`dqn_update` (a `DQNUpdate`), the stream of steps (`act`), `replay` (a buffer or its pipe), `feed` (what the "
+     "checkpoint keeps of the replay besides the buffer: a `TransitionFeed`, or another part with its `keys`) and "
+     "`pipe`, the metrics rows.")
     # the n-step stage, the background collector and the replay's directory, for learners that have them
     nstep = collector = replay_dir = None
     # what a run reads of a learner (`RunLearner`) that one may lack: the bytes of a replay it does not size, where
@@ -199,16 +199,16 @@ class PipeLearner(Stateful):
     def anneal_lr(self, lr:float, lr_end:float|None, total_steps:int):
         "Move the optimiser's learning rate linearly from `lr` to `lr_end` by env step `total_steps` (None: keep `lr`)."
         if lr_end is not None:
-            self.pipe = AnnealLR(self.pipe, self.core.optimizer, lr, lr_end,
+            self.pipe = AnnealLR(self.pipe, self.dqn_update.optimizer, lr, lr_end,
                                  lambda: self.episodes.env_steps / total_steps)
 
     @property
     def model(self) -> nn.Module:
-        "The online Q-network (its `core`'s): what `evaluate` plays and checkpoints keep as the policy."
-        return self.core.model
+        "The online Q-network (its `dqn_update`'s): what `evaluate` plays and checkpoints keep as the policy."
+        return self.dqn_update.model
 
     def act(self, agent, env_id:str, seed:int, nenvs:int=1, collector:str|None=None):
-        ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
+        ("The stream of single env steps that `agent` (on the online network) takes, bounded by `iterate`, "
          "counting episode returns.")
         self.agent = agent
         # explorer: the agent whose exploration the metrics and checkpoints follow
@@ -282,7 +282,7 @@ class PipeLearner(Stateful):
         if envs is None: why = "the background collector's worker does not save its partial episodes"
         else: why = envs['unsaved']   # None: the envs continue their episodes
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
-                    **self.core.state_dict(), replay=None if replay_save else self.replay.state_dict(),
+                    **self.dqn_update.state_dict(), replay=None if replay_save else self.replay.state_dict(),
                     replay_save=replay_save, agent=self.explorer.state_dict(), **self.episodes.state_dict(),
                     torch_rng=torch.get_rng_state(), nstep=None if self.nstep is None else self.nstep.state_dict(),
                     envs=None if why else envs, fresh_episodes=why,
@@ -306,7 +306,7 @@ class PipeLearner(Stateful):
         if state['config'] != config:
             diff = {k: (state['config'].get(k), v) for k, v in config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-        checked = dict(state, core=self.core.check_state(state))
+        checked = dict(state, dqn_update=self.dqn_update.check_state(state))
         if state['replay_save'] is None: self.replay.check_state(state['replay'])
         elif state['replay'] is not None: raise ValueError("checkpoint holds a replay and names a replay save")
         else: self.check_replay_save(state['replay_save'])
@@ -333,7 +333,7 @@ class PipeLearner(Stateful):
         # the buffer checks and assigns under its own lock
         if state['replay_save'] is None: self.replay.load_state_dict(state['replay'])
         else: self.replay.load(self.replay_dir)   # maps the files of a storage on disk there
-        self.core.assign(state['core'])
+        self.dqn_update.assign(state['dqn_update'])
         self.explorer.assign(state['agent'])
         self.episodes.assign(state['episodes'])
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
@@ -372,7 +372,7 @@ class Learner(PipeLearner):
         if not disk: check_fits(self.replay_nbytes, c.max_sz, on_device)   # on disk it may exceed the memory
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
-        self.core = DQNCore(network, c.lr, c.device, c.compile)
+        self.dqn_update = DQNUpdate(network, c.lr, c.device, c.compile)
         agent = EpsilonGreedy(self.model, n_actions, c.explore_start, c.explore_end, c.explore_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
         if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
@@ -380,12 +380,13 @@ class Learner(PipeLearner):
             steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
         self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
                                   c.prioritization, c.weight_norm, self.replay_dir if disk else None,
-                                  device=self.core.device, storage_device=on_device, every=c.train_every,
+                                  device=self.dqn_update.device, storage_device=on_device, every=c.train_every,
                                   repeats=c.gradient_steps, warmup=c.warmup)
         self.feed = TransitionFeed(self.replay)
         stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
         rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
-        self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
+        update = self.dqn_update
+        self.pipe = update.train(update.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
                                     c.max_grad_norm, target_every=c.target_every,
                                     tau=None if c.target_every else c.tau,
                                     updates=max(1, rounds * c.gradient_steps) if c.replay == 'per' else None)
