@@ -132,7 +132,7 @@ def settings(total_steps: int, warmup: int, buffer: int, target_every: int | Non
     """The command's Atari defaults for a run of `total_steps` env steps with a short run's buffer and warm-up, epsilon
     already at its end value, and the Learner defaults the loop relies on spelled out: both sides get these numbers."""
     c = atari_defaults(total_steps)
-    return dict(c, max_sz=buffer, warmup=warmup, eps_start=c['eps_end'], target_every=target_every or c['target_every'],
+    return dict(c, max_sz=buffer, warmup=warmup, explore_start=c['explore_end'], target_every=target_every or c['target_every'],
                 gamma=0.99, eps=1e-6, max_grad_norm=10.)
 
 
@@ -146,7 +146,7 @@ class HandLoop(EnvSteps):
         self.model = NatureQNetwork(obs[0], n_actions, frame_size=obs[-1])
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
-        self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
+        self.agent = EpsilonGreedy(self.model, n_actions, c['explore_start'], c['explore_end'], c['explore_steps'], seed=seed)
         super().__init__(EnvRun(ENV, 1, seed), self.agent)
         self.buf = PrioritizedReplayBuffer(bs=c['bs'], alpha=c.get('alpha'), beta=c.get('beta'), eps=c['eps'], seed=seed,
                                            storage=FrameStorage(c['max_sz']))
@@ -203,7 +203,7 @@ def training_pipeline(a):
     torch.set_num_threads(1)
     c = settings(a.warmup + a.frames, a.warmup, a.buffer)
     print(f"{ENV} on the CPU, torch {torch.__version__} on one thread; Atari defaults with buffer {a.buffer:,}, warm-up {a.warmup}, "
-          f"epsilon {c['eps_start']}, update of {c['bs']} every {c['train_every']} env steps, target copy every {c['target_every']:,} updates; "
+          f"epsilon {c['explore_start']}, update of {c['bs']} every {c['train_every']} env steps, target copy every {c['target_every']:,} updates; "
           f"{a.frames:,} timed env steps per run after {a.warmup} untimed, in turns of {a.block}; runs: {a.runs}\n")
     n = check_same_work(a.seed)
     print(f"same work: {n} updates over {CHECK_STEPS} env steps give identical loss/epsilon/beta/weight/frame rows (and episode returns) in both\n")

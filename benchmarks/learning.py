@@ -30,7 +30,7 @@ FINAL_EPISODES, FINAL_SEED = default(evaluate, 'episodes'), default(evaluate, 's
 def q_stats(learner) -> dict:
     "Mean of the largest Q-value and of the gap between the two best actions over 1,024 stored states."
     batch = learner.replay.sample(min(1024, len(learner.replay)))
-    with torch.no_grad(): q = learner.model(batch.state.float().to(learner.core.device))
+    with torch.no_grad(): q = learner.model(batch.state.float().to(learner.dqn_update.device))
     q = q.sort(dim=1, descending=True).values
     return dict(q_max=float(q[:, 0].mean()), q_gap=float((q[:, 0] - q[:, 1]).mean()))
 

@@ -71,7 +71,7 @@ def env_step_us(env_id: str, steps: int, seed: int = 0) -> float:
 def settings(env_id: str, total_steps: int, warmup: int, target_every: int | None = None) -> dict:
     "The MinAtar defaults for a run of `total_steps`, with a short run's warm-up and epsilon at its end value."
     c = id_defaults(env_id, total_steps)
-    return dict(c, warmup=warmup, eps_start=c['eps_end'], target_every=target_every or c['target_every'], eps=1e-6)
+    return dict(c, warmup=warmup, explore_start=c['explore_end'], target_every=target_every or c['target_every'], eps=1e-6)
 
 
 class HandLoop(EnvSteps):
@@ -84,7 +84,7 @@ class HandLoop(EnvSteps):
         self.model = MinAtarQNetwork(obs[-1], n_actions, side=obs[0])
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt, self.params = adam(self.model, c['lr']), list(self.model.parameters())
-        self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
+        self.agent = EpsilonGreedy(self.model, n_actions, c['explore_start'], c['explore_end'], c['explore_steps'], seed=seed)
         super().__init__(EnvRun(env_id, 1, seed), self.agent)
         if self.per:
             alpha, beta = kind_defaults('proportional', None, None)

@@ -40,7 +40,7 @@ ENV = 'CartPole-v1'
 GOAL = 1.1
 # Learner's defaults, spelled out so the loop uses the very same numbers
 CONFIG = dict(bs=128, max_sz=50_000, lr=5e-4, gamma=0.99, alpha=0.6, beta=0.4, eps=1e-6, tau=0.01, n_step=3,
-              eps_start=1.0, eps_end=0.01, eps_decay_steps=5_000, hidden=128, layer_norm=True, max_grad_norm=10.)
+              explore_start=1.0, explore_end=0.01, explore_steps=5_000, hidden=128, layer_norm=True, max_grad_norm=10.)
 
 
 def hand_update(model, target, params, opt, b, gamma, max_grad_norm):
@@ -68,7 +68,7 @@ class HandLoop:
         self.target = deepcopy(self.model).requires_grad_(False)
         self.opt = adam(self.model, c['lr'])
         self.params, self.soft_update = list(self.model.parameters()), SoftUpdate(self.target, self.model, c['tau'])
-        self.agent = EpsilonGreedy(self.model, n_actions, c['eps_start'], c['eps_end'], c['eps_decay_steps'], seed=seed)
+        self.agent = EpsilonGreedy(self.model, n_actions, c['explore_start'], c['explore_end'], c['explore_steps'], seed=seed)
         self.env = EnvRun(ENV, 1, seed)
         self.buf = PrioritizedReplayBuffer(max_sz=c['max_sz'], bs=c['bs'], alpha=c['alpha'], beta=c['beta'],
                                            eps=c['eps'], seed=seed)

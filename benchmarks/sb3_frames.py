@@ -56,7 +56,7 @@ def fill(buffer, steps:int, n_envs:int):
 
 def arrays_nbytes(buffer) -> int:
     "Bytes of every array the buffer holds."
-    if hasattr(buffer, 'core'): return buffer.core.storage.nbytes()
+    if hasattr(buffer, 'buffer'): return buffer.buffer.storage.nbytes()
     return sum(a.nbytes for a in (buffer.observations, buffer.actions, buffer.rewards, buffer.dones, buffer.timeouts))
 
 

@@ -49,8 +49,8 @@ def sb3_dqn(seed, warmup):
     c = CONFIG
     return DQN('MlpPolicy', gym.make(ENV), learning_rate=c['lr'], buffer_size=c['max_sz'], learning_starts=c['bs'],
                batch_size=c['bs'], tau=c['tau'], gamma=c['gamma'], train_freq=1, gradient_steps=1, n_steps=c['n_step'],
-               target_update_interval=1, exploration_initial_eps=c['eps_start'], exploration_final_eps=c['eps_end'],
-               exploration_fraction=min(1., c['eps_decay_steps'] / warmup), max_grad_norm=c['max_grad_norm'],
+               target_update_interval=1, exploration_initial_eps=c['explore_start'], exploration_final_eps=c['explore_end'],
+               exploration_fraction=min(1., c['explore_steps'] / warmup), max_grad_norm=c['max_grad_norm'],
                policy_kwargs=dict(net_arch=[c['hidden'], c['hidden']]), seed=seed, device='cpu', verbose=0)
 
 
@@ -69,8 +69,8 @@ class SB3Steps:
 def one_repeat(seed, warmup, frames, block, updates):
     learners = dict(pipeline=pipeline(seed, 30_000), loop=HandLoop(seed, 30_000), sb3=SB3Steps(seed, warmup))
     for l in learners.values(): l.fit(warmup)
-    assert learners['pipeline'].agent.epsilon == learners['loop'].agent.epsilon == CONFIG['eps_end']
-    assert abs(learners['sb3'].model.exploration_rate - CONFIG['eps_end']) < 1e-9
+    assert learners['pipeline'].agent.epsilon == learners['loop'].agent.epsilon == CONFIG['explore_end']
+    assert abs(learners['sb3'].model.exploration_rate - CONFIG['explore_end']) < 1e-9
     steps = alternate({k: l.fit for k, l in learners.items()}, frames, block)
     loop, sb3 = learners['loop'], learners['sb3']
     upd = alternate(dict(loop=lambda n: [loop.update() for _ in range(n)],
@@ -163,7 +163,7 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--breakdown', action='store_true', help="only the loop's step, part by part")
     args = p.parse_args(argv)
-    if args.warmup < CONFIG['eps_decay_steps']: p.error(f"--warmup must be >= {CONFIG['eps_decay_steps']} (epsilon's decay)")
+    if args.warmup < CONFIG['explore_steps']: p.error(f"--warmup must be >= {CONFIG['explore_steps']} (epsilon's decay)")
     torch.set_num_threads(1)
     if args.breakdown:
         print(f"command: `{shlex.join([sys.executable, *sys.argv])}`\n")

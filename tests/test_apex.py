@@ -32,7 +32,7 @@ def test_epsilons_follow_the_apex_schedule(n):
     if n > 1: assert np.isclose(eps[-1], 0.4 ** 8) and all(a > b for a, b in zip(eps, eps[1:]))
 
 
-@pytest.mark.parametrize('bad', [dict(n=0), dict(n=2, eps_base=1.5), dict(n=2, eps_base=-0.1), dict(n=True)])
+@pytest.mark.parametrize('bad', [dict(n=0), dict(n=2, explore_base=1.5), dict(n=2, explore_base=-0.1), dict(n=True)])
 def test_epsilons_reject_bad_input(bad):
     with pytest.raises(ValueError): apex_epsilons(**bad)
 
@@ -40,7 +40,7 @@ def test_epsilons_reject_bad_input(bad):
 def test_actor_priorities_are_its_own_nstep_td_errors():
     "The priorities an actor pushes are |n-step TD error| + eps under the weights it acted with."
     server = ReplayServer(max_sz=1_000, bs=8, alpha=1., seed=0)
-    actor = ApexActor('CartPole-v1', server, eps_end=0.5, seed=1, n=3, gamma=0.9)
+    actor = ApexActor('CartPole-v1', server, explore_end=0.5, seed=1, n=3, gamma=0.9)
     torch.manual_seed(0)
     net = QNetwork(4, 2, layer_norm=True)   # the actor's network: LayerNorm, as the learner's
     result = actor.collect(net.state_dict(), 1, 64)

@@ -111,7 +111,7 @@ def test_train_resume_and_evaluate_on_pong(tmp_path):
     assert '200 steps, 36 updates' in first.stdout  # one update every 4 env steps from step 60: (200 - 60) / 4 + 1
     checkpoint = torch.load(out / 'checkpoint.pt', weights_only=True)
     config = checkpoint['config']
-    assert (config['bs'], config['train_every'], config['target_every'], config['lr'], config['eps_decay_steps']) == (32, 4, 2_500, 6.25e-5, 1_000_000)
+    assert (config['bs'], config['train_every'], config['target_every'], config['lr'], config['explore_steps']) == (32, 4, 2_500, 6.25e-5, 1_000_000)
     replay = SavedArrays(out / 'replay').read()   # the replay is saved beside checkpoint.pt, which names the save
     assert checkpoint['replay'] is None and checkpoint['replay_save'] == replay['save_id']
     assert (config['max_sz'], config['warmup'], replay['kind'], replay['storage']) == (250, 60, 'PrioritizedReplayBuffer', 'FrameStorage')

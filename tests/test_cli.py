@@ -331,7 +331,7 @@ def test_evaluate_warns_when_versions_differ(short_run, tmp_path):
     (('--batchsize', 64), 'unrecognized arguments: --batchsize 64; did you mean --bs?'),
     (('--steps', 100, '--target-network-frequency', 500), 'use --target-every (in updates, not env steps)'),
     (('--target-update-interval=500',), 'use --target-every (in updates, not env steps)'),
-    (('--exploration-fraction', 0.5), 'use --eps-decay-steps (in env steps, not a fraction of --steps)'),
+    (('--exploration-fraction', 0.5), 'use --explore-steps (in env steps, not a fraction of --steps)'),
     (('--zzz',), '`fastrl_per train --help` lists the flags'),
     (('--seed', 'abc'), "argument --seed: invalid int value: 'abc'"),
     (('--env', 'cartpole-v1'), "did you mean 'CartPole-v1'?"),
@@ -349,14 +349,35 @@ def test_evaluate_names_the_nearest_flag(tmp_path):
     assert_usage_error(run('evaluate', tmp_path, '--epsiodes', 3), 'did you mean --episodes?', 'evaluate')
 
 
+@pytest.mark.parametrize('names', [('--eps-start', '--eps-end', '--eps-decay-steps'),
+                                   ('--explore-start', '--explore-end', '--explore-steps')], ids=['former', 'today'])
+def test_the_exploration_flags_keep_their_former_names(tmp_path, names):
+    "`--eps-start`, `--eps-end` and `--eps-decay-steps` set what `--explore-start`, `--explore-end`, `--explore-steps` do."
+    out, (start, end, steps) = tmp_path / 'run', names
+    run('train', '--out', out, '--steps', 100, '--bs', 16, '--warmup', 50, start, 0.9, end, 0.2, steps, 40,
+        '--eval-every', 0, '--solved', 0, '--no-progress', check=0)
+    config = json.loads((out / 'run.json').read_text())['config']
+    assert {k: config[k] for k in ('explore_start', 'explore_end', 'explore_steps')} == \
+        dict(explore_start=0.9, explore_end=0.2, explore_steps=40)
+    assert [k for k in config if k.startswith('eps_')] == []
+
+
+def test_the_help_names_the_exploration_flags_and_lists_their_former_names():
+    short, full = run('train', '--help', check=0).stdout, ' '.join(run('train', '--help-all', check=0).stdout.split())
+    assert '--explore-end' in short and '--eps-end' not in short
+    for name, former in (('start', 'start'), ('end', 'end'), ('steps', 'decay-steps')):
+        assert f'--explore-{name}: --eps-{former}' in full, name
+    assert '--explore-base: --eps-base' in full
+
+
 def test_the_names_sb3_and_cleanrl_use_are_flags_too(tmp_path):
     out = tmp_path / 'run'
     run('train', '--out', out, '--total-timesteps', 200, '--batch-size', 16, '--learning-rate', 0.001,
         '--learning-starts', 50, '--train-freq', 2, '--exploration-final-eps', 0.1, '--eval-every', 0, '--solved', 0,
         '--no-progress', check=0)
     config = json.loads((out / 'run.json').read_text())['config']
-    assert {k: config[k] for k in ('total_steps', 'bs', 'lr', 'warmup', 'train_every', 'eps_end')} == \
-        dict(total_steps=200, bs=16, lr=0.001, warmup=50, train_every=2, eps_end=0.1)
+    assert {k: config[k] for k in ('total_steps', 'bs', 'lr', 'warmup', 'train_every', 'explore_end')} == \
+        dict(total_steps=200, bs=16, lr=0.001, warmup=50, train_every=2, explore_end=0.1)
     listed = ' '.join(run('train', '--help-all', check=0).stdout.split())
     for alias in ('--total-timesteps', '--batch-size', '--learning-rate', '--learning-starts', '--train-freq'):
         assert alias in listed, alias

@@ -24,7 +24,7 @@ def processes(): return len(multiprocessing.active_children())
 def test_transitions_at_episode_boundaries_match_the_synchronous_stepper():
     "Each sub-env's rows chain state to next state within an episode; an episode's end is followed by step 1 of the next (autoreset rows left out)."
     net = QNetwork(4, 2)
-    collector = AsyncCollector('CartPole-v1', net, seed=3, nenvs=2, eps_start=1., eps_end=1., n=150)
+    collector = AsyncCollector('CartPole-v1', net, seed=3, nenvs=2, explore_start=1., explore_end=1., n=150)
     ours = list(collector)
     collector.close()
     singles = [s for b in ours for s in b]
@@ -44,7 +44,7 @@ def test_transitions_at_episode_boundaries_match_the_synchronous_stepper():
 def test_versions_grow_and_tag_what_each_version_chose():
     torch.manual_seed(0)
     net = QNetwork(4, 2)
-    collector = AsyncCollector('CartPole-v1', net, seed=0, eps_start=0., eps_end=0., chunk=1)
+    collector = AsyncCollector('CartPole-v1', net, seed=0, explore_start=0., explore_end=0., chunk=1)
     stream, seen = iter(collector), []
     for version in range(1, 6):
         with torch.no_grad(): net[-1].bias.copy_(torch.tensor([1., -1.]) * (1 if version % 2 else -1) * 100)
@@ -180,8 +180,8 @@ def test_stale_updates_dropped_while_a_collector_thread_writes():
 def test_training_with_the_collector_learns():
     "DQN fed by the collector, publishing every 20 updates: CartPole returns well above a random policy's (~22) after 2,500 steps."
     torch.set_num_threads(1)
-    learner = Learner('CartPole-v1', seed=0, total_steps=2_500, eps_decay_steps=1_000, bs=64, n_step=1)   # an update per env step from step 64
-    collector = AsyncCollector('CartPole-v1', learner.model, seed=0, eps_decay_steps=1_000, n=2_500)
+    learner = Learner('CartPole-v1', seed=0, total_steps=2_500, explore_steps=1_000, bs=64, n_step=1)   # an update per env step from step 64
+    collector = AsyncCollector('CartPole-v1', learner.model, seed=0, explore_steps=1_000, n=2_500)
     learner.episodes.source_datapipe = UnbatchSteps(collector)    # where the learner's steps come from
     learner.pipe = Publish(learner.pipe, collector, learner.model, every=20)
     rows = learner.fit(2_500)

@@ -94,7 +94,7 @@ def test_learner_takes_lap_and_names_it_in_its_config():
     learner.fit(300)
     buf = learner.replay.buffer
     assert buf.prioritizer.prioritization == 'lap' and (buf.kind[:len(buf)] >= 1.).all()
-    assert learner.core.updates > 0
+    assert learner.dqn_update.updates > 0
     with pytest.raises(ValueError, match="'lap'.*per"): Learner(replay='uniform', prioritization='lap')
 
 
@@ -156,7 +156,7 @@ def test_a_user_kind_keeps_its_state_and_the_stale_rule():
     batch = buf.sample(8)
     buf.add(SimpleStep.from_steps(steps(1, start=6)))        # slot 2 rewritten since the draw
     buf.update_priorities(batch.idxs, torch.full((8,), 5.))
-    assert buf.prioritizer.stale_dropped == int((batch.idxs == 2).sum())   # the core's rule, for any kind
+    assert buf.prioritizer.stale_dropped == int((batch.idxs == 2).sum())   # the priority core's rule, for any kind
     other = PrioritizedReplayBuffer(max_sz=4, prioritization=Recency)
     other.load_state_dict(buf.state_dict())
     assert other.kind.stamp.tolist() == buf.kind.stamp.tolist() and other.kind.clock == buf.kind.clock == 5   # 4 + 1 items entered
@@ -165,7 +165,7 @@ def test_a_user_kind_keeps_its_state_and_the_stale_rule():
 
 def test_a_user_kind_on_the_sequence_buffer_moves_with_its_slots():
     seq = PrioritizedSequenceReplay(capacity=10_000, seed=0, prioritization=partial(Recency, decay=0.9))
-    for k in range(40): seq.add(Episode(steps(3, start=10 * k)))   # the episode slots grow: the core is moved
+    for k in range(40): seq.add(Episode(steps(3, start=10 * k)))   # the episode slots grow: the priority core is moved
     assert seq.prioritizer.prioritization == 'recency' and len(seq.ids) == 40
     assert sorted(seq.kind.stamp[seq._slots(seq.ids)].tolist()) == list(range(40))   # the stamps moved along
     mean = seq.sample_prioritized(4000, 1).indices.float().mean()

@@ -210,11 +210,11 @@ def test_learner_update_priorities_by_hand():
     learner = Learner('CartPole-v1', seed=0, total_steps=1000, bs=16, max_sz=500, eps=1e-4, target_every=3, n_step=1)  # 1-step TD by hand
     learner.fit(60)  # 45 updates: priorities, the target network and max_priority have all moved
     for _ in range(3):  # one of these updates also copies the online network to the target network
-        online0, target0 = deepcopy(learner.model), deepcopy(learner.core.target_model)
+        online0, target0 = deepcopy(learner.model), deepcopy(learner.dqn_update.target_model)
         before = learner.replay.buffer.priorities.copy()
         max_before = learner.replay.max_priority
         learner.budget.grant(1) # one env step → one sampled batch → one update (what `iterate` does)
-        (ts,) = list(learner.core.anneal)  # the last stage before the metrics: the TrainStep itself
+        (ts,) = list(learner.dqn_update.anneal)  # the last stage before the metrics: the TrainStep itself
         n = len(learner.replay)
         before[n - 1] = max_before  # the new step entered at max_priority
         idxs = ts.batch.idxs.numpy()
@@ -276,7 +276,7 @@ def test_target_network_gets_no_gradient():
 
     learner = Learner('CartPole-v1', seed=0, total_steps=500, bs=16, target_every=10)
     learner.fit(80)
-    assert all(not p.requires_grad and p.grad is None for p in learner.core.target_model.parameters())
+    assert all(not p.requires_grad and p.grad is None for p in learner.dqn_update.target_model.parameters())
     assert all(p.requires_grad for p in learner.model.parameters())
 
 
@@ -350,7 +350,7 @@ def test_uniform_replay_learner():
     assert all(r['beta'] == 1.0 for r in rows)
     assert all(np.isfinite(r['loss']) for r in rows)
     assert [r['frame'] for r in rows] == list(range(16, 101))
-    assert type(learner.replay) is ExperienceReplay and learner.core.anneal is None
+    assert type(learner.replay) is ExperienceReplay and learner.dqn_update.anneal is None
     with pytest.raises(LookupError): find_upstream(learner.pipe, PrioritizedExperienceReplay)
     from torch.utils.data.graph import traverse_dps
     def stages(graph):
@@ -574,7 +574,7 @@ def test_n_step_transitions_reach_the_buffer_and_the_targets():
 def test_dueling_head_is_used_and_trains():
     from fastrl_per.learners.dqn import DuelingHead
     learner = Learner('CartPole-v1', seed=0, total_steps=300, dueling=True)
-    assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.core.target_model[-1], DuelingHead)
+    assert isinstance(learner.model[-1], DuelingHead) and isinstance(learner.dqn_update.target_model[-1], DuelingHead)
     rows = learner.fit(300)
     assert all(np.isfinite(r['loss']) for r in rows)
 
@@ -595,7 +595,7 @@ def test_update_cadence(kw, updates):
 
 def test_device_is_checked_and_cpu_works():
     learner = Learner('CartPole-v1', seed=0, total_steps=200, device='cpu')
-    assert learner.core.device == torch.device('cpu') and len(learner.fit(200)) > 0
+    assert learner.dqn_update.device == torch.device('cpu') and len(learner.fit(200)) > 0
     with pytest.raises(ValueError, match="'gpu0'"): Learner('CartPole-v1', device='gpu0')
 
 
@@ -608,7 +608,7 @@ def test_beta_reaches_one_with_n_step_returns():
 def test_layer_norm_is_the_default_and_can_be_turned_off(tmp_path):
     "Default: LayerNorm before each hidden ReLU, in the online and the target network; layer_norm=False is the seed notebook's MLP, through the command too."
     learner = Learner('CartPole-v1', seed=0, total_steps=300)
-    for net in (learner.model, learner.core.target_model):
+    for net in (learner.model, learner.dqn_update.target_model):
         assert [type(m) for m in net] == [nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear]
     plain = Learner('CartPole-v1', seed=0, total_steps=300, layer_norm=False)
     assert [type(m) for m in plain.model] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, nn.Linear]

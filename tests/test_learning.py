@@ -13,7 +13,7 @@ from fastrl_per.learners.recurrent_learner import RecurrentLearner
 ROOT = Path(__file__).parent.parent
 
 
-def lr(learner): return learner.core.optimizer.param_groups[0]['lr']
+def lr(learner): return learner.dqn_update.optimizer.param_groups[0]['lr']
 
 
 def test_lr_moves_linearly_to_lr_end_over_total_steps_then_stays():

@@ -33,7 +33,7 @@ def test_learner_stores_bool_grids_and_uses_the_minatar_network():
 
 # Revisiting Rainbow (Obando-Ceron & Castro 2021), Configs/dqn_*.gin and Dopamine's JaxDQNAgent defaults: the settings a
 # MinAtar run resolves to (target_update_period 1,000 env steps = 250 updates of one per 4 steps; see nbs/02c_atari)
-PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000,
+PAPER = dict(bs=32, max_sz=100_000, lr=2.5e-4, gamma=0.99, explore_start=1.0, explore_end=0.01, explore_steps=250_000,
              warmup=1_000, target_every=250, train_every=4, gradient_steps=1, double=False, n_step=1,
              max_grad_norm=None)
 
@@ -49,7 +49,7 @@ def test_a_dueling_checkpoint_with_the_keys_before_one_dueling_head_loads():
     assert any(k.startswith('value.') for k in old['model']) and not any(k.startswith('head.') for k in old['model'])
     again = Learner('MinAtar/Breakout-v1', seed=0, total_steps=300, bs=8, max_sz=300, warmup=50, dueling=True)
     again.load_state_dict(old)
-    for a, b in [(learner.model, again.model), (learner.core.target_model, again.core.target_model)]:
+    for a, b in [(learner.model, again.model), (learner.dqn_update.target_model, again.dqn_update.target_model)]:
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     assert len(again.fit(50)) == 50   # and trains on
 
@@ -57,8 +57,8 @@ def test_a_dueling_checkpoint_with_the_keys_before_one_dueling_head_loads():
 def test_a_minatar_run_takes_the_papers_settings():
     learner = new_learner('mlp', env_id='MinAtar/SpaceInvaders-v1')
     assert {k: learner.config.plain()[k] for k in PAPER} == PAPER and learner.config.total_steps == 1_000_000
-    assert learner.core.target_update.every == 250 and learner.core.target_update.tau is None   # hard copies
-    assert isinstance(learner.core.optimizer, torch.optim.Adam) and learner.core.optimizer.param_groups[0]['lr'] == 2.5e-4
+    assert learner.dqn_update.target_update.every == 250 and learner.dqn_update.target_update.tau is None   # hard copies
+    assert isinstance(learner.dqn_update.optimizer, torch.optim.Adam) and learner.dqn_update.optimizer.param_groups[0]['lr'] == 2.5e-4
 
 
 def test_flags_given_win_and_short_runs_cap_buffer_and_warmup():

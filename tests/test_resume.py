@@ -90,21 +90,45 @@ def test_a_rejected_checkpoint_leaves_the_learner_unchanged():
 
 def as_version_4(state:dict) -> dict:
     "`state` as version 4 wrote it: the count of sub-envs was `envs`, Ape-X's base exploration rate `epsilon`."
-    old_names = dict(nenvs='envs', eps_base='epsilon')
+    old_names = dict(nenvs='envs', explore_base='epsilon')
     return dict(state, version=4, config={old_names.get(k, k): v for k, v in state['config'].items()})
 
 @pytest.mark.parametrize('make', [lambda: Learner('CartPole-v1', seed=0, total_steps=600, nenvs=2),
                                   lambda: RecurrentLearner(seed=0, total_steps=600, bs=8, length=4, burn_in=2, warmup=100),
-                                  lambda: ApexRun('CartPole-v1', actors=2, seed=0, total_steps=600, eps_base=0.3)],
+                                  lambda: ApexRun('CartPole-v1', actors=2, seed=0, total_steps=600, explore_base=0.3)],
                          ids=['Learner', 'RecurrentLearner', 'ApexRun'])
 def test_a_version_4_checkpoint_resumes(make, tmp_path):
-    "`load_checkpoint` upgrades a checkpoint written before `nenvs` and `eps_base`: the learner it names is rebuilt whole."
+    "`load_checkpoint` upgrades a checkpoint written before `nenvs` and `explore_base`: the learner it names is rebuilt whole."
     learner = make()
     if not isinstance(learner, ApexRun): learner.fit(200)   # an Ape-X run steps its envs only on Ray
     torch.save(as_version_4(learner.state_dict()), tmp_path / 'checkpoint.pt')
     restored = restore_learner(load_checkpoint(tmp_path))
     assert type(restored) is type(learner) and restored.config == learner.config
     assert_same(restored.state_dict(), learner.state_dict())
+
+
+FORMER = dict(explore_start='eps_start', explore_end='eps_end', explore_steps='eps_decay_steps', explore_base='eps_base')
+
+def with_former_names(state:dict) -> dict:
+    "`state` as this version wrote it while the exploration settings were `eps_start`, `eps_end`, ... (`FORMER`)."
+    return dict(state, config={FORMER.get(k, k): v for k, v in state['config'].items()})
+
+@pytest.mark.parametrize('make', [lambda: Learner('CartPole-v1', seed=0, total_steps=600, explore_end=0.2),
+                                  lambda: RecurrentLearner(seed=0, total_steps=600, bs=8, length=4, burn_in=2, warmup=100,
+                                                           explore_steps=300),
+                                  lambda: ApexRun('CartPole-v1', actors=2, seed=0, total_steps=600, explore_base=0.3)],
+                         ids=['Learner', 'RecurrentLearner', 'ApexRun'])
+def test_a_checkpoint_with_the_former_exploration_names_resumes(make, tmp_path):
+    "A checkpoint of this version that names exploration `eps_*` is rebuilt whole, its settings under today's names."
+    learner = make()
+    if not isinstance(learner, ApexRun): learner.fit(200)
+    state = with_former_names(learner.state_dict())
+    assert {'eps_start', 'eps_end', 'eps_decay_steps'} <= set(state['config']) and 'explore_end' not in state['config']
+    torch.save(state, tmp_path / 'checkpoint.pt')
+    restored = restore_learner(load_checkpoint(tmp_path))
+    assert type(restored) is type(learner) and restored.config == learner.config
+    assert_same(restored.state_dict(), learner.state_dict())
+    if not isinstance(learner, ApexRun): assert_same(restored.fit(50), learner.fit(50), 'rows')
 
 
 # the command: a real `fastrl_per train` stopped by SIGINT and resumed, against one never stopped
@@ -212,3 +236,17 @@ def test_a_version_3_run_evaluates_and_resumes(tmp_path):
     train(resume=str(run), total_steps=300, eval_every=0, progress=False, solved=0)
     resumed = load_checkpoint(run)
     assert (resumed['version'], resumed['env_steps'], resumed['config']['replay_storage']) == (6, 300, 'memory')
+
+
+def test_a_run_with_the_former_exploration_names_evaluates_and_resumes(tmp_path):
+    ("A run directory whose checkpoint.pt names exploration `eps_*`: `evaluate` plays it, and `train --resume` with "
+     "the same setting given (under either name) goes on and writes today's names.")
+    from fastrl_per.run.train import evaluate
+    run = tmp_path / 'run'
+    train(out=str(run), total_steps=200, bs=16, warmup=16, eval_every=0, progress=False, solved=0, explore_end=0.2)
+    torch.save(with_former_names(load_checkpoint(run)), run / 'checkpoint.pt')
+    assert load_checkpoint(run)['config']['eps_end'] == 0.2
+    assert 'step 200' in evaluate(str(run), episodes=1, latest=True)
+    train(resume=str(run), total_steps=300, eval_every=0, progress=False, solved=0, explore_end=0.2)
+    resumed = load_checkpoint(run)
+    assert (resumed['env_steps'], resumed['config']['explore_end'], 'eps_end' in resumed['config']) == (300, 0.2, False)

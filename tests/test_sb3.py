@@ -29,10 +29,10 @@ def short_dqn(env='CartPole-v1', **kwargs):
 def test_one_env_learns_and_feeds_priorities_back(one_thread):
     model = short_dqn().learn(2000)
     buffer = model.replay_buffer
-    assert buffer.size() == len(buffer.core) == 2000
+    assert buffer.size() == len(buffer.buffer) == 2000
     assert model._n_updates == (2000 - 500) // 4
-    assert buffer.core.beta == 1.0   # annealed to final_beta over learn()'s 2000 steps
-    first = buffer.core.max_priority
+    assert buffer.buffer.beta == 1.0   # annealed to final_beta over learn()'s 2000 steps
+    first = buffer.buffer.max_priority
     changed = buffer.priorities != first
     assert changed.mean() > 0.3, f"only {changed.mean():.0%} of the priorities moved from the first, {first}"
     assert 0 < model.logger.name_to_value['train/mean_weight'] <= 1
@@ -42,13 +42,13 @@ def test_four_envs_share_one_tree(one_thread):
     env = make_vec_env('CartPole-v1', n_envs=4, seed=0)
     model = short_dqn(env, buffer_size=1000).learn(2000)
     buffer = model.replay_buffer
-    assert (buffer.n_envs, buffer.buffer_size, buffer.core.max_sz) == (4, 250, 1000)   # SB3's capacity: 250 rows of 4
-    assert buffer.full and buffer.size() == 250 and len(buffer.core) == 1000
+    assert (buffer.n_envs, buffer.buffer_size, buffer.buffer.max_sz) == (4, 250, 1000)   # SB3's capacity: 250 rows of 4
+    assert buffer.full and buffer.size() == 250 and len(buffer.buffer) == 1000
     assert model._n_updates == len(range(512, 2001, 16))   # a rollout: 4 steps of 4 envs; trained from step 512
     assert len(np.unique(buffer.priorities)) > 500
     # the four envs' steps sit side by side: slot 4 r + e holds env e's step of row r, which follows on from
     # that env's previous step unless an episode ended there
-    memory = buffer.core.memory[:]
+    memory = buffer.buffer.memory[:]
     state, next_state, term = memory.state.numpy(), memory.next_state.numpy(), memory.terminated.numpy()
     follows = np.all(state[4:] == next_state[:-4], axis=1)
     assert follows.mean() > 0.8 and not follows[term[:-4]].any()
@@ -63,7 +63,7 @@ def test_save_and_load_keep_the_priorities(tmp_path, one_thread):
     a, b = model.replay_buffer, loaded.replay_buffer
     assert isinstance(b, PrioritizedSB3Buffer) and b.size() == a.size() == 1000
     np.testing.assert_array_equal(b.priorities, a.priorities)
-    assert_state_equal(b.core.state_dict(), a.core.state_dict())   # storage, tree, max priority, sampler
+    assert_state_equal(b.buffer.state_dict(), a.buffer.state_dict())   # storage, tree, max priority, sampler
     assert torch.equal(b.sample(16).idxs, a.sample(16).idxs)
     loaded.learn(200, reset_num_timesteps=False)   # training goes on from the loaded buffer
     assert b.size() == 1200
@@ -97,17 +97,17 @@ def test_timeouts_are_stored_as_sb3_stores_them(handle):
     rows, envs = np.divmod(np.arange(30), 3)
     want = sb3.dones[rows, envs] * (1 - sb3.timeouts[rows, envs]) if handle else sb3.dones[rows, envs]
     assert 0 < want.sum() < sb3.dones.sum() or not handle
-    np.testing.assert_array_equal(ours.core.memory[:].terminated.numpy(), want.astype(bool))
-    np.testing.assert_array_equal(ours.core.memory[:].state.numpy(), sb3.observations[rows, envs])
-    np.testing.assert_array_equal(ours.core.memory[:].action.numpy(), sb3.actions[rows, envs])
-    np.testing.assert_array_equal(ours.core.memory[:].reward.numpy(), sb3.rewards[rows, envs])
+    np.testing.assert_array_equal(ours.buffer.memory[:].terminated.numpy(), want.astype(bool))
+    np.testing.assert_array_equal(ours.buffer.memory[:].state.numpy(), sb3.observations[rows, envs])
+    np.testing.assert_array_equal(ours.buffer.memory[:].action.numpy(), sb3.actions[rows, envs])
+    np.testing.assert_array_equal(ours.buffer.memory[:].reward.numpy(), sb3.rewards[rows, envs])
 
 
 def test_a_timeout_bootstraps_end_to_end(one_thread):
     "CartPole cut at 12 steps: only steps that left the pole's bounds are terminal, the cut ones are not."
     env = make_vec_env('CartPole-v1', n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=12))
     model = short_dqn(env, learning_starts=10_000).learn(600)   # random actions: stored, not trained on
-    memory = model.replay_buffer.core.memory[:]
+    memory = model.replay_buffer.buffer.memory[:]
     x, theta = memory.next_state[:, 0].numpy(), memory.next_state[:, 2].numpy()
     fell = (np.abs(x) > 2.4) | (np.abs(theta) > 12 * 2 * np.pi / 360)
     term = memory.terminated.numpy()
@@ -152,11 +152,11 @@ def test_train_applies_the_weights(one_thread):
 def test_beta_follows_learn_progress():
     model = short_dqn(replay_buffer_kwargs=dict(beta=0.4, seed=0), final_beta=0.8, learning_starts=100)
     betas = []
-    model.learn(1000, callback=lambda *a: betas.append(model.replay_buffer.core.beta) or True)   # True: go on
+    model.learn(1000, callback=lambda *a: betas.append(model.replay_buffer.buffer.beta) or True)   # True: go on
     assert betas[0] == pytest.approx(0.4, abs=0.01) and betas[-1] == pytest.approx(0.8, abs=0.01)
     assert np.all(np.diff(betas) >= 0)
     model.replay_buffer.anneal_beta(1.0069, 0.8)   # SB3's progress can overshoot 1: held at final
-    assert model.replay_buffer.core.beta == pytest.approx(0.8)
+    assert model.replay_buffer.buffer.beta == pytest.approx(0.8)
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -192,7 +192,7 @@ def test_discrete_observations_and_box_actions_are_stored_as_sb3_stores_them(env
         obs, next_obs, action = (np.array([space.sample() for _ in range(2)]) for space in (spaces[0], *spaces))
         for b in (sb3, ours): b.add(obs, next_obs, action, np.ones(2), np.zeros(2, bool), [{}, {}])
     rows, envs = np.divmod(np.arange(40), 2)
-    memory = ours.core.memory[:]
+    memory = ours.buffer.memory[:]
     np.testing.assert_array_equal(memory.state.numpy(), sb3.observations[rows, envs])
     np.testing.assert_array_equal(memory.action.numpy(), sb3.actions[rows, envs])
     batch = ours.sample(8)
@@ -205,7 +205,7 @@ def test_vec_normalize_normalises_the_sampled_batch(one_thread):
     env = VecNormalize(make_vec_env('CartPole-v1', n_envs=2, seed=0), gamma=0.99)
     model = short_dqn(env, learning_starts=200).learn(400)
     buffer = model.replay_buffer
-    stored = buffer.core.memory[:].state.numpy()   # the original observations, as SB3 stores them
+    stored = buffer.buffer.memory[:].state.numpy()   # the original observations, as SB3 stores them
     batch = buffer.sample(16, env)
     raw = stored[batch.idxs.numpy()]
     assert not np.allclose(batch.observations.numpy(), raw)
@@ -246,7 +246,7 @@ def test_one_seed_fixes_the_run(cls, env_id, policy_kwargs, one_thread):
 
 
 def sampler_state(model):
-    return json.loads(model.replay_buffer.core.state_dict(columns=False)['rng'])
+    return json.loads(model.replay_buffer.buffer.state_dict(columns=False)['rng'])
 
 
 def test_set_random_seed_restarts_the_sampler_and_a_buffer_seed_wins():
@@ -272,10 +272,10 @@ def test_the_replay_saves_to_a_directory_and_loads_without_pickle(tmp_path, n_en
     a, b = model.replay_buffer, loaded.replay_buffer
     assert (b.pos, b.full, b.size()) == (a.pos, a.full, a.size()) and a.full
     np.testing.assert_array_equal(b.priorities, a.priorities)
-    assert_state_equal(b.core.state_dict(), a.core.state_dict())
+    assert_state_equal(b.buffer.state_dict(), a.buffer.state_dict())
     assert torch.equal(b.sample(16).idxs, a.sample(16).idxs)
     loaded.learn(200, reset_num_timesteps=False)   # training goes on from the loaded replay
-    assert b.core.storage.n_added == a.core.storage.n_added + loaded.num_timesteps - model.num_timesteps > 0
+    assert b.buffer.storage.n_added == a.buffer.storage.n_added + loaded.num_timesteps - model.num_timesteps > 0
 
 
 def test_sac_saves_and_loads_with_its_replay(tmp_path, one_thread):
@@ -303,7 +303,7 @@ def test_a_crafted_pickle_is_refused_and_never_run(tmp_path, one_thread):
     marker.unlink()
     model = short_dqn(learning_starts=100).learn(300)
     model.save_replay(tmp_path / 'replay')
-    before = model.replay_buffer.core.state_dict()
+    before = model.replay_buffer.buffer.state_dict()
     (tmp_path / 'crafted.pkl').write_bytes(pickle.dumps(Payload(marker), protocol=2))   # a pickle in place of a save
     crafted_dir = tmp_path / 'crafted'
     crafted_dir.mkdir()
@@ -315,7 +315,7 @@ def test_a_crafted_pickle_is_refused_and_never_run(tmp_path, one_thread):
     for path, named in [(tmp_path / 'crafted.pkl', 'crafted.pkl'), (crafted_dir, 'state.pt'), (spliced, 'state.pt')]:
         with pytest.raises(ValueError, match=named): model.load_replay(path)
         assert not marker.exists(), f"loading {path} ran the payload"
-    assert_state_equal(model.replay_buffer.core.state_dict(), before)   # nothing changed
+    assert_state_equal(model.replay_buffer.buffer.state_dict(), before)   # nothing changed
 
 
 @pytest.mark.parametrize('other, message', [
@@ -325,7 +325,7 @@ def test_a_crafted_pickle_is_refused_and_never_run(tmp_path, one_thread):
 def test_load_replay_refuses_another_model_s_replay(tmp_path, other, message, one_thread):
     short_dqn(learning_starts=100, buffer_size=300).learn(300).save_replay(tmp_path / 'replay')
     model = short_dqn(**dict(dict(buffer_size=300), **other)).learn(120)
-    before = model.replay_buffer.core.state_dict()
+    before = model.replay_buffer.buffer.state_dict()
     with pytest.raises(ValueError, match=message): model.load_replay(tmp_path / 'replay')
-    assert_state_equal(model.replay_buffer.core.state_dict(), before)
+    assert_state_equal(model.replay_buffer.buffer.state_dict(), before)
     assert model.replay_buffer.size() == 120

@@ -42,14 +42,14 @@ def test_frames_stored_once_give_back_what_sb3_stores(cls):
     sb3 = SB3ReplayBuffer(400, *spaces, device='cpu', n_envs=2)   # plain: every stack kept as given
     rollout(env, [ours, sb3], 150)   # 300 transitions, five episode ends per env, all timeouts
     rows, envs = np.divmod(np.arange(300), 2)
-    stored = ours.core.memory[:]
+    stored = ours.buffer.memory[:]
     assert sb3.timeouts.sum() >= 8   # the comparison covers episode starts
     np.testing.assert_array_equal(stored.state.numpy(), sb3.observations[rows, envs])
     np.testing.assert_array_equal(stored.next_state.numpy(), sb3.next_observations[rows, envs])
     np.testing.assert_array_equal(stored.action.numpy(), sb3.actions[rows, envs])
     want = sb3.dones[rows, envs] * (1 - sb3.timeouts[rows, envs])   # a timeout is not terminal
     np.testing.assert_array_equal(stored.terminated.numpy(), want.astype(bool))
-    assert ours.core.storage.n_frames < 300 * 1.5   # one new frame a transition, four at an episode start; not eight
+    assert ours.buffer.storage.n_frames < 300 * 1.5   # one new frame a transition, four at an episode start; not eight
     batch = ours.sample(32)
     assert batch.observations.shape == (32, 4, 84, 84) and batch.observations.dtype == torch.uint8
 
@@ -63,7 +63,7 @@ def test_a_third_of_the_bytes_of_sb3_optimize_memory_usage():
                           handle_timeout_termination=False)   # SB3 allows no timeout handling with it
     rollout(env, [ours, sb3], 2500)
     sb3_bytes = sum(a.nbytes for a in (sb3.observations, sb3.actions, sb3.rewards, sb3.dones, sb3.timeouts))
-    ours_bytes = ours.core.storage.nbytes()
+    ours_bytes = ours.buffer.storage.nbytes()
     assert ours_bytes <= sb3_bytes / 3, f"{ours_bytes / 5000:.0f} bytes a transition against SB3's {sb3_bytes / 5000:.0f}"
 
 
@@ -75,7 +75,7 @@ def test_dqn_trains_from_frames_stored_once(algo, buffer_class, one_thread):
     model.learn(400)
     assert model._n_updates > 5 and model.replay_buffer.optimize_memory_usage
     assert any(not torch.equal(a, b) for a, b in zip(before, model.q_net.parameters()))
-    assert model.replay_buffer.core.storage.n_frames < 1.5 * model.replay_buffer.size() * 2   # two envs
+    assert model.replay_buffer.buffer.storage.n_frames < 1.5 * model.replay_buffer.size() * 2   # two envs
 
 
 def test_optimize_memory_usage_refuses_what_is_not_a_frame_stack():

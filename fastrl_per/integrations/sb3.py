@@ -5,6 +5,7 @@
 # %% ../../nbs/16_sb3.ipynb
 from __future__ import annotations
 import hashlib, inspect
+from types import MappingProxyType
 from typing import NamedTuple
 import numpy as np, torch
 import torch.nn.functional as F
@@ -47,7 +48,7 @@ class SB3Buffer(SB3ReplayBuffer):
      "`add` stores a step of each env, `sample` adds `idxs` and `weights` (ones) to SB3's batch; "
      "`optimize_memory_usage=True` keeps each image frame once (`FrameStorage`).")
     stage_rows = 256  # `add` calls gathered before they go to the buffer in one `extend`
-    core_class = ReplayBuffer
+    buffer_class = ReplayBuffer
 
     def __init__(self,
                  buffer_size:int, # transitions kept in all, as SB3 counts them (`buffer_size // n_envs` per env)
@@ -73,19 +74,19 @@ class SB3Buffer(SB3ReplayBuffer):
     def reset(self):
         "Empty the buffer: a new prioritized buffer with the same arguments."
         super().reset()
-        self._core = self._new_core()
+        self._buffer = self._new_buffer()
         self._staged, self._n_staged = None, 0   # columns of the rows added since the last `flush`, and their number
 
-    def _new_core(self):
+    def _new_buffer(self):
         n = self.buffer_size * self.n_envs
         storage = FrameStorage(n) if self.optimize_memory_usage else None
-        return self.core_class(n, storage=storage, **self.buffer_kwargs)
+        return self.buffer_class(n, storage=storage, **self.buffer_kwargs)
 
     @property
-    def core(self):
+    def buffer(self):
         "Our buffer (a `ReplayBuffer` or `PrioritizedReplayBuffer`), holding every step added."
         self.flush()
-        return self._core
+        return self._buffer
 
     def _rows(self, obs, next_obs, action, reward, done, timeout) -> dict:
         ("One step of each env as the columns our buffer stores; with frames stored once also each env's id and "
@@ -119,12 +120,12 @@ class SB3Buffer(SB3ReplayBuffer):
 
     def flush(self):
         "Hand the rows added since the last flush to our buffer in one `extend` (prioritized: at the max priority)."
-        if self._n_staged: self._core.extend(**{k: v[:self._n_staged] for k, v in self._staged.items()})
+        if self._n_staged: self._buffer.extend(**{k: v[:self._n_staged] for k, v in self._staged.items()})
         self._n_staged = 0
 
     def sample(self, batch_size:int, env=None) -> PrioritizedSamples:
         "SB3's `ReplayBufferSamples` plus `idxs` and `weights` (observations normalised by a `VecNormalize` `env`)."
-        batch = self.core.sample(batch_size)
+        batch = self.buffer.sample(batch_size)
         dones = batch.terminated.numpy().reshape(-1, 1).astype(np.float32)
         data = (self._normalize_obs(batch.state.numpy(), env), batch.action.numpy(),
                 self._normalize_obs(batch.next_state.numpy(), env), dones,
@@ -134,45 +135,45 @@ class SB3Buffer(SB3ReplayBuffer):
 
     def anneal_beta(self, fraction:float, final:float=1.0):
         "Move beta to `final` at training progress `fraction`, clipped to [0, 1] (SB3's progress can overshoot 1)."
-        self.core.anneal_beta(min(max(float(fraction), 0.0), 1.0), final)
+        self.buffer.anneal_beta(min(max(float(fraction), 0.0), 1.0), final)
 
     def reseed(self, seed:int|None):
         "Restart the sampler's generator from `seed` (what the model's `set_random_seed` does to it)."
-        self.core.reseed(seed)
+        self.buffer.reseed(seed)
 
     def save(self, path, save_id:str|None=None) -> str:
         ("Save the steps, priorities and sampler to the directory `path` in the buffers' format (no pickle): "
          "saving there again writes only what is new. Returns the save's id.")
-        return self.core.save(path, save_id)
+        return self.buffer.save(path, save_id)
 
     def load(self, path):
         ("Restore what `save` wrote at `path` (never unpickling anything), checked against this buffer's spaces and "
          "size before anything changes.")
-        core = self._new_core()
-        core.load(path)   # a `ValueError` naming the file if it is not a whole save of this size
+        buffer = self._new_buffer()
+        buffer.load(path)   # a `ValueError` naming the file if it is not a whole save of this size
         shapes = (self.obs_shape, self.obs_shape, (self.action_dim,), (), (), ())
         empty = self._rows(*(np.zeros((self.n_envs, *s)) for s in shapes))
-        want, got = {k: (v.dtype, v.shape[1:]) for k, v in empty.items()}, core.schema or {}
+        want, got = {k: (v.dtype, v.shape[1:]) for k, v in empty.items()}, buffer.schema or {}
         wrong = [k for k in ('state', 'next_state', 'action') if k in got and got[k] != want[k]]
         if wrong: raise ValueError(f"replay saved at {str(path)!r} holds {wrong[0]} of dtype and shape "
                                    f"{got[wrong[0]]}, this buffer's spaces give {want[wrong[0]]}")
-        self._core, self._n_staged = core, 0
-        self.full = len(core) == core.max_sz
-        self.pos = core.idx // self.n_envs % self.buffer_size
+        self._buffer, self._n_staged = buffer, 0
+        self.full = len(buffer) == buffer.max_sz
+        self.pos = buffer.idx // self.n_envs % self.buffer_size
 
 class PrioritizedSB3Buffer(SB3Buffer):
     ("`SB3Buffer` over one `PrioritizedReplayBuffer`: `sample` draws in proportion to priority, its `weights` the "
      "importance weights, and `update_priorities` takes the TD errors back.")
-    core_class = PrioritizedReplayBuffer
+    buffer_class = PrioritizedReplayBuffer
 
     def update_priorities(self, idxs, td_errors):
         "Hand the TD errors of a sampled batch back: its slots get `|td| + eps`."
-        self.core.update_priorities(idxs, td_errors)
+        self.buffer.update_priorities(idxs, td_errors)
 
     @property
     def priorities(self) -> np.ndarray:
         "The raw priority `|td| + eps` of each stored transition, by slot."
-        return self.core.priorities[:len(self.core)]
+        return self.buffer.priorities[:len(self.buffer)]
 
 # %% ../../nbs/16_sb3.ipynb
 def weighted_mse(current:torch.Tensor, target:torch.Tensor, weights:torch.Tensor) -> torch.Tensor:
@@ -213,7 +214,7 @@ class PrioritizedReplay:
     def _anneal_beta(self):
         "Beta at `learn()`'s progress, SB3's `1 - progress_remaining`, logged."
         self.replay_buffer.anneal_beta(1.0 - self._current_progress_remaining, self.final_beta)
-        self.logger.record("train/beta", self.replay_buffer.core.beta)
+        self.logger.record("train/beta", self.replay_buffer.buffer.beta)
 
     def _feed_back(self, data:PrioritizedSamples, td_errors:torch.Tensor) -> float:
         "Hand a batch's TD errors (`(B,)` or `(B, 1)`) back as its priorities; its mean importance weight."
@@ -499,9 +500,9 @@ def upstream():
             'TQC.train': TQC.train, 'quantile_huber_loss': quantile_huber_loss}
 
 # `source_hash` of each upstream function the copies were made from (stable-baselines3 2.9.2, sb3-contrib 2.9.2)
-UPSTREAM_HASHES = {'DQN.train': '696507cb4053336a', 'SAC.train': '0ac7abe1c18ba7fe', 'TD3.train': '4f3638f813b0efba',
-                   'QRDQN.train': 'a6f745272c748318', 'TQC.train': 'eccee1e17ece85ba',
-                   'quantile_huber_loss': '231840f2c652b69e'}
+UPSTREAM_HASHES = MappingProxyType({
+    'DQN.train': '696507cb4053336a', 'SAC.train': '0ac7abe1c18ba7fe', 'TD3.train': '4f3638f813b0efba',
+    'QRDQN.train': 'a6f745272c748318', 'TQC.train': 'eccee1e17ece85ba', 'quantile_huber_loss': '231840f2c652b69e'})
 
 def upstream_changes() -> list[str]:
     "The upstream functions whose installed source differs from the one our copy was made from (none: all proven)."

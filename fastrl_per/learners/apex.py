@@ -20,7 +20,7 @@ from ..checks import feedback_arrays
 from ..replay.priorities import annealed_beta, check_weight_norm, EPS
 from ..replay.priorities import KINDS, PRIORITIZATION, kind_class
 from .collect import PolicyCopy, Publish
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNCore, check_torch_rng
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, td_target, discrete_env_dims, DQNUpdate, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful, check_keys
 from .learner import CHECKPOINT_VERSION, torch_threads
@@ -33,11 +33,11 @@ __all__ = ['APEX_BS', 'DEPLOYMENT', 'apex_epsilons', 'batch_td_errors', 'shardab
            'join_shards', 'ReplayClient', 'ApexDeployment', 'ApexConfig', 'ApexRun', 'Batches']
 
 # %% ../../nbs/13_apex.ipynb #7d0d4a80
-def apex_epsilons(n:int, eps_base:float=0.4, alpha:float=7.) -> list[float]:
-    "The exploration rate of each of `n` actors: eps_base ** (1 + alpha * i / (n - 1)); eps_base for one actor."
-    check_int('actors', n); check_number('eps_base', eps_base); check_number('alpha', alpha)
-    if eps_base > 1: raise ValueError(f"eps_base must be a probability in [0, 1], got {eps_base!r}")
-    return [eps_base] if n == 1 else [eps_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
+def apex_epsilons(n:int, explore_base:float=0.4, alpha:float=7.) -> list[float]:
+    "The exploration rate of each of `n` actors: `explore_base ** (1 + alpha * i / (n - 1))`; itself for one actor."
+    check_int('actors', n); check_number('explore_base', explore_base); check_number('alpha', alpha)
+    if explore_base > 1: raise ValueError(f"explore_base must be a probability in [0, 1], got {explore_base!r}")
+    return [explore_base] if n == 1 else [explore_base ** (1 + alpha * i / (n - 1)) for i in range(n)]
 
 # %% ../../nbs/13_apex.ipynb #66071c22
 def batch_td_errors(model:nn.Module, batch:SimpleStep, gamma:float, target_model:nn.Module|None=None) -> torch.Tensor:
@@ -164,7 +164,7 @@ class ApexActor:
                  env_id:str,
                  # where to push: a `ReplayServer` or a Ray handle to one, or a list of them (shards, in turn)
                  replay,
-                 eps_end:float, # this actor's exploration rate after its decay
+                 explore_end:float, # this actor's exploration rate after its decay
                  seed:int=0, # seeds its envs and exploration
                  nenvs:int=1, # env copies it steps together
                  n:int=3, # steps of each n-step return
@@ -172,15 +172,15 @@ class ApexActor:
                  hidden:int=128, # hidden units of the Q-network
                  layer_norm:bool=True, # LayerNorm in its hidden layers, as the learner's network
                  timeout:float=60., # seconds to wait for the replay
-                 eps_start:float|None=None, # exploration at its first step; None: `eps_end` throughout
-                 decay_steps:int=1, # env steps of the linear fall from `eps_start` to `eps_end`
+                 explore_start:float|None=None, # exploration at its first step; None: `explore_end` throughout
+                 explore_steps:int=1, # env steps of the linear fall from `explore_start` to `explore_end`
                  steps:int=0): # env steps it took before (a resumed run): where its exploration schedule is
         obs_dim, n_actions = discrete_env_dims(env_id)
         self.shards, self.pushes = replay if isinstance(replay, list) else [replay], 0
         self.gamma, self.timeout = check_gamma(gamma), timeout
-        start = eps_end if eps_start is None else eps_start
+        start = explore_end if explore_start is None else explore_start
         net = QNetwork(obs_dim, n_actions, hidden, layer_norm=layer_norm)
-        self.policy = PolicyCopy(net, n_actions, start, eps_end, decay_steps, seed=seed)
+        self.policy = PolicyCopy(net, n_actions, start, explore_end, explore_steps, seed=seed)
         self.policy.agent.advance_to(steps)
         self.episodes = EpisodeReturns(UnbatchSteps(GymStepper([env_id], agent=self.policy, seed=seed, nenvs=nenvs)))
         self.transitions = iter(NStepTransitions(self.episodes, n, gamma))
@@ -340,12 +340,12 @@ class ApexConfig(MLPConfig):
     # a kind Ape-X can split over its replay shards (`shardable`): a name in `KINDS` or a class
     prioritization:str|type=PRIORITIZATION
     tau:float=0.02
-    eps_decay_steps:int=5_000 # env steps (all actors' together) of linear epsilon decay
-    eps_end:float=0.01 # a single actor's exploration after the decay
+    explore_steps:int=5_000 # env steps (all actors' together) of linear epsilon decay
+    explore_end:float=0.01 # a single actor's exploration after the decay
     publish_every:int=50 # updates between weight publications
     actors:int=2 # env-stepping actors
-    # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, eps_base)`
-    eps_base:float=0.4
+    # Ape-X's base exploration rate: several actors end at `apex_epsilons(actors, explore_base)`
+    explore_base:float=0.4
     chunk:int=50 # transitions an actor pushes per call
     replay_ratio:float=1. # at most this many updates per env step
     # batches the learner fetches from the replay per call (their priorities go back in one call too)
@@ -362,7 +362,7 @@ class ApexConfig(MLPConfig):
         check_int('max_restarts', self.max_restarts, low=0)
         check_number('replay_ratio', self.replay_ratio, low_ok=False)
         check_number('timeout', self.timeout, low_ok=False)
-        for name, rate in (('eps_start', self.eps_start), ('eps_end', self.eps_end)):
+        for name, rate in (('explore_start', self.explore_start), ('explore_end', self.explore_end)):
             if check_number(name, rate) > 1:
                 raise ValueError(f"exploration rate {name} must be in [0, 1], got {rate!r}")
 
@@ -385,8 +385,8 @@ class ApexRun(Stateful):
         self.replay_dir = None if replay_dir is None else Path(replay_dir)
         self.shards_saved = None   # the id of the shards' last save in `replay_dir`
         self.capacity = shard_capacity(c.max_sz, c.replay_shards)
-        self.epsilons = apex_epsilons(c.actors, c.eps_base) if c.actors > 1 else [c.eps_end]
-        self.decay = max(1, c.eps_decay_steps // c.actors)   # each actor's share of the decay
+        self.epsilons = apex_epsilons(c.actors, c.explore_base) if c.actors > 1 else [c.explore_end]
+        self.decay = max(1, c.explore_steps // c.actors)   # each actor's share of the decay
         self.build_networks()
         # a record, filled as actors report: all actors' env steps, the least exploring one's episodes
         self.episodes = EpisodeReturns(())
@@ -404,8 +404,8 @@ class ApexRun(Stateful):
         c = self.config
         obs_dim, n_actions = discrete_env_dims(c.env_id)
         torch.manual_seed(c.seed)
-        self.core = DQNCore(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
-        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.eps_start, self.epsilons[-1],
+        self.dqn_update = DQNUpdate(QNetwork(obs_dim, n_actions, c.hidden, layer_norm=c.layer_norm), c.lr)
+        self.agent = self.explorer = EpsilonGreedy(self.model, n_actions, c.explore_start, self.epsilons[-1],
                                                    self.decay, seed=c.seed)
 
     def assemble(self):
@@ -413,7 +413,7 @@ class ApexRun(Stateful):
          "weights every `publish_every` updates.")
         c = self.config
         updates = max(1, round(c.total_steps * c.replay_ratio))
-        self.pipe = self.core.train(self.core.losses(Batches(self), c.gamma, c.double), self.explorer,
+        self.pipe = self.dqn_update.train(self.dqn_update.losses(Batches(self), c.gamma, c.double), self.explorer,
                                     self.replay, c.max_grad_norm, tau=c.tau, updates=updates)
         self.pipe = Publish(self.pipe, self, self.model, every=c.publish_every)
 
@@ -426,11 +426,11 @@ class ApexRun(Stateful):
     @property
     def updates(self) -> int:
         "Updates made so far."
-        return self.core.updates
+        return self.dqn_update.updates
     @property
     def model(self) -> nn.Module:
-        "The online Q-network (its `core`'s): what `evaluate` plays and the actors are sent."
-        return self.core.model
+        "The online Q-network (its `dqn_update`'s): what `evaluate` plays and the actors are sent."
+        return self.dqn_update.model
     @property
     def published(self) -> int:
         "The version of the weights the actors were last sent."
@@ -476,7 +476,7 @@ class ApexRun(Stateful):
         base = c.seed + self.episodes.env_steps   # a resumed run's actors start fresh episodes on new seeds
         self.actors = [actor_class.remote(c.env_id, turn(i), e, base + 1_000 * (i + 1),
                                           c.nenvs, c.n_step, c.gamma, c.hidden, c.layer_norm,
-                                          self.timeout, c.eps_start, self.decay, self.actor_steps[i])
+                                          self.timeout, c.explore_start, self.decay, self.actor_steps[i])
                        for i, e in enumerate(self.epsilons)]
         refs = [a.where.remote() for a in self.actors]
         done, _ = ray.wait(refs, num_returns=n, timeout=self.timeout)
@@ -661,7 +661,7 @@ class ApexRun(Stateful):
         if saved and not self.running: replay_save = self.shards_saved
         replay = None if saved else self.replay.state_dicts() if self.running else self.replay_state
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
-                    **self.core.state_dict(), replay=replay, replay_save=replay_save if saved else None,
+                    **self.dqn_update.state_dict(), replay=replay, replay_save=replay_save if saved else None,
                     agent=self.agent.state_dict(),
                     **self.episodes.state_dict(), actor_steps=list(self.actor_steps), weights_version=self.version,
                     torch_rng=torch.get_rng_state(), shard_rng=self.shard_rng.bit_generator.state,
@@ -690,9 +690,9 @@ class ApexRun(Stateful):
             for shard, s in zip(self.new_shards(), replay): shard.check_state(s)   # checked by the buffer class itself
         else: replay = self.check_shard_saves()
         episodes = self.episodes.check_state(dict(env_steps=state['env_steps'], returns=state['returns']))
-        core, agent = self.core.check_state(state), self.agent.check_state(state['agent'])
+        dqn_update, agent = self.dqn_update.check_state(state), self.agent.check_state(state['agent'])
         check_torch_rng(state['torch_rng'])
-        return dict(state, replay=replay, episodes=episodes, core=core, agent=agent)
+        return dict(state, replay=replay, episodes=episodes, dqn_update=dqn_update, agent=agent)
 
     def check_shard_saves(self) -> None:
         ("A `ValueError` unless every shard's directory holds a save its buffer loads (journals put back first); None: "
@@ -709,10 +709,10 @@ class ApexRun(Stateful):
         self.replay_state, self.actor_steps = checked['replay'], list(checked['actor_steps'])
         self.shards_saved = checked.get('replay_save')
         self.version = checked['weights_version']
-        self.core.assign(checked['core'])
+        self.dqn_update.assign(checked['dqn_update'])
         self.agent.assign(checked['agent'])
         self.episodes.assign(checked['episodes'])
-        anneal = self.core.anneal
+        anneal = self.dqn_update.anneal
         if anneal.steps: self.replay.anneal_beta(min(1., anneal.steps / anneal.total_steps), anneal.final)
         torch.set_rng_state(checked['torch_rng'])
         if 'shard_rng' in checked: self.shard_rng.bit_generator.state = checked['shard_rng']

@@ -156,9 +156,9 @@ class AsyncCollector(Stateful, StepPipe):
                  model:nn.Module, # the learner's Q-network; the worker acts with a copy
                  seed:int=0, # seeds the envs and the exploration
                  nenvs:int=1, # sub-envs stepped together
-                 eps_start:float=1.0, # exploration at the start
-                 eps_end:float=0.01, # exploration after the decay
-                 eps_decay_steps:int=5_000, # env steps of linear epsilon decay
+                 explore_start:float=1.0, # exploration at the start
+                 explore_end:float=0.01, # exploration after the decay
+                 explore_steps:int=5_000, # env steps of linear epsilon decay
                  chunk:int=16, # batches the worker steps per call; it runs at most two calls ahead of the consumer
                  method:str='process', # 'process' (its own interpreter, no shared GIL) or 'thread' (this process)
                  # called once in the worker before its envs are made (a process worker starts afresh: register envs)
@@ -172,7 +172,7 @@ class AsyncCollector(Stateful, StepPipe):
         self.env_id, self.seed, self.nenvs, self.chunk = env_id, seed, nenvs, chunk
         self.method, self.setup, self.n = method, setup, n
         # the record: newest weights, exploration state
-        self.policy = PolicyCopy(model, n_actions, eps_start, eps_end, eps_decay_steps, seed=seed)
+        self.policy = PolicyCopy(model, n_actions, explore_start, explore_end, explore_steps, seed=seed)
         self.steps, self.version = 0, 0     # env steps handed out; the version that chose the last batch handed out
         # stepped, not yet handed out; weights not yet sent; the running worker
         self.ready, self.outbox, self.stream = deque(), None, None

@@ -30,7 +30,7 @@ from ..stages.nstep import nstep_discount, check_gamma
 __all__ = ['DuelingHead', 'mlp', 'q_head', 'OneHot', 'QNetwork', 'EpsilonGreedy', 'EpisodeReturns', 'TrainStep', 'as_batch',
            'OnlineQ', 'pick_device', 'TDTargets', 'td_target', 'WeightedLoss', 'OptimizerStep', 'adam', 'checked_steps',
            'TargetUpdate', 'SoftUpdate', 'soft_update', 'buffer_or_upstream', 'max_by_id', 'PriorityFeedback',
-           'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNCore', 'check_torch_rng', 'field_docs',
+           'AnnealBeta', 'TrainMetrics', 'env_dims', 'discrete_env_dims', 'DQNUpdate', 'check_torch_rng', 'field_docs',
            'RunConfig', 'MLPConfig', 'configured']
 
 # %% ../../nbs/05c_dqn.ipynb #412c451b
@@ -397,7 +397,7 @@ def discrete_env_dims(env_id:str,
     return obs, n_actions
 
 # %% ../../nbs/05c_dqn.ipynb #cf9780b2
-class DQNCore(Stateful):
+class DQNUpdate(Stateful):
     "The Q-network, its target copy and the optimiser on one device, and the update chained after sampled batches."
     def __init__(self,
                  model:nn.Module, # the online Q-network; moved to `device`
@@ -446,7 +446,7 @@ class DQNCore(Stateful):
 
     def check_state(self, state:dict) -> dict:
         ("The keys of `state_dict()` from `state` (a checkpoint) if they load: the networks and optimiser are tried "
-         "on copies, so one that does not fit raises and this core is as it was.")
+         "on copies, so one that does not fit raises and these networks are as they were.")
         keys = ('model', 'target_model', 'optimizer', 'updates')
         check_keys('checkpoint', state, keys)
         model, target_model, optimizer = deepcopy((self.model, self.target_model, self.optimizer))
@@ -503,14 +503,14 @@ class RunConfig:
     # replay 'per' only: a kind's name or class ('lap' suits DQN's Huber loss)
     prioritization:str|type=PRIORITIZATION
     tau:float|None=0.01 # soft target update rate per update
-    eps_decay_steps:int=5_000 # env steps of linear epsilon decay
+    explore_steps:int=5_000 # env steps of linear epsilon decay
     seed:int=0 # seeds the network, envs, exploration and sampling
     max_sz:int=50_000 # replay capacity in transitions
     gamma:float=0.99 # discount
     eps:float=EPS # added to |TD error|
     weight_norm:Literal['batch', 'buffer']=WEIGHT_NORM # weights over the batch's or the buffer's largest
-    eps_start:float=1.0 # exploration at the start
-    eps_end:float=0.01 # exploration after the decay
+    explore_start:float=1.0 # exploration at the start
+    explore_end:float=0.01 # exploration after the decay
     max_grad_norm:float|None=10. # clip the gradient norm (None: never)
     n_step:int=3 # rewards summed per transition (n-step returns); 1 is plain DQN
 
@@ -518,7 +518,7 @@ class RunConfig:
         "A `ValueError` naming the first setting out of its range; `alpha` and `beta` None become the kind's."
         check_weight_norm(self.weight_norm)
         check_int('total_steps', self.total_steps); check_int('n_step', self.n_step)
-        check_int('max_sz', self.max_sz); check_int('bs', self.bs); check_int('eps_decay_steps', self.eps_decay_steps)
+        check_int('max_sz', self.max_sz); check_int('bs', self.bs); check_int('explore_steps', self.explore_steps)
         check_gamma(self.gamma)
         # a negative norm would flip the gradients
         if self.max_grad_norm is not None: check_number('max_grad_norm', self.max_grad_norm, low_ok=False)

@@ -5,6 +5,7 @@
 # %% ../../nbs/06_learner.ipynb #3990c4c2
 from __future__ import annotations
 from typing import Literal
+from types import MappingProxyType
 import os
 from pathlib import Path
 import numpy as np
@@ -18,7 +19,7 @@ from ..replay.memory import ReplayBuffer, ExperienceReplay, RingStorage
 from ..replay.store import SavedArrays
 from ..replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
 from ..replay.priorities import PRIORITIZATION
-from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNCore, check_torch_rng
+from .dqn import QNetwork, EpsilonGreedy, EpisodeReturns, env_dims, DQNUpdate, check_torch_rng
 from .dqn import MLPConfig, configured
 from ..state import Stateful
 from ..checks import check_int, BadValue
@@ -34,9 +35,9 @@ from ..replay.devicetree import DevicePriorities
 from .dqn import pick_device
 
 # %% auto #0
-__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'torch_threads', 'physical_memory', 'DQNConfig', 'observations',
-           'q_network', 'device_memory', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner', 'Learner',
-           'upgrade_checkpoint']
+__all__ = ['CHECKPOINT_VERSION', 'CHECKPOINT_KEYS', 'RUN_KEYS', 'FORMER_NAMES', 'torch_threads', 'physical_memory', 'DQNConfig',
+           'observations', 'q_network', 'device_memory', 'check_fits', 'make_replay', 'TransitionFeed', 'PipeLearner',
+           'Learner', 'upgrade_checkpoint']
 
 # %% ../../nbs/06_learner.ipynb #b857fabc
 from contextlib import contextmanager, nullcontext
@@ -58,10 +59,14 @@ def physical_memory() -> int:
     return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 CHECKPOINT_VERSION = 6
-CHECKPOINT_KEYS = {'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent', 'env_steps',
-                   'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs', 'fresh_episodes', 'collector',
-                   'replay_save'}
-RUN_KEYS = {'board'}   # what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
+CHECKPOINT_KEYS = frozenset({'version', 'learner', 'config', 'model', 'target_model', 'optimizer', 'replay', 'agent',
+                             'env_steps', 'returns', 'updates', 'torch_rng', 'replay_items', 'nstep', 'envs',
+                             'fresh_episodes', 'collector', 'replay_save'})
+# what a run keeps beside its learner's state in checkpoint.pt; a learner's load passes over it
+RUN_KEYS = frozenset({'board'})
+# the exploration settings' names before they were `explore_*`: checkpoints of any version may hold them
+FORMER_NAMES = MappingProxyType(dict(eps_start='explore_start', eps_end='explore_end', eps_decay_steps='explore_steps',
+                                     eps_base='explore_base'))
 
 @dataclass(frozen=True)
 class DQNConfig(MLPConfig):
@@ -181,10 +186,10 @@ class TransitionFeed(Stateful):
 
 class PipeLearner(Stateful):
     ("What the learners made of one pipeline in this process share (`Learner`, `RecurrentLearner`): acting, "
-     "training, a run's hooks and the checkpoint. A subclass's `__init__` makes the parts these read: `config`, `core` "
-     "(a `DQNCore`), the stream of steps (`act`), `replay` (a buffer or its pipe), `feed` (what the checkpoint keeps "
-     "of the replay besides the buffer: a `TransitionFeed`, or another part with its `keys`) and `pipe`, the metrics "
-     "rows.")
+     "training, a run's hooks and the checkpoint. A subclass's `__init__` makes the parts these read: `config`, "
+     "`dqn_update` (a `DQNUpdate`), the stream of steps (`act`), `replay` (a buffer or its pipe), `feed` (what the "
+     "checkpoint keeps of the replay besides the buffer: a `TransitionFeed`, or another part with its `keys`) and "
+     "`pipe`, the metrics rows.")
     # the n-step stage, the background collector and the replay's directory, for learners that have them
     nstep = collector = replay_dir = None
     # what a run reads of a learner (`RunLearner`) that one may lack: the bytes of a replay it does not size, where
@@ -194,16 +199,16 @@ class PipeLearner(Stateful):
     def anneal_lr(self, lr:float, lr_end:float|None, total_steps:int):
         "Move the optimiser's learning rate linearly from `lr` to `lr_end` by env step `total_steps` (None: keep `lr`)."
         if lr_end is not None:
-            self.pipe = AnnealLR(self.pipe, self.core.optimizer, lr, lr_end,
+            self.pipe = AnnealLR(self.pipe, self.dqn_update.optimizer, lr, lr_end,
                                  lambda: self.episodes.env_steps / total_steps)
 
     @property
     def model(self) -> nn.Module:
-        "The online Q-network (its `core`'s): what `evaluate` plays and checkpoints keep as the policy."
-        return self.core.model
+        "The online Q-network (its `dqn_update`'s): what `evaluate` plays and checkpoints keep as the policy."
+        return self.dqn_update.model
 
     def act(self, agent, env_id:str, seed:int, nenvs:int=1, collector:str|None=None):
-        ("The stream of single env steps that `agent` (on the core's network) takes, bounded by `iterate`, "
+        ("The stream of single env steps that `agent` (on the online network) takes, bounded by `iterate`, "
          "counting episode returns.")
         self.agent = agent
         # explorer: the agent whose exploration the metrics and checkpoints follow
@@ -277,7 +282,7 @@ class PipeLearner(Stateful):
         if envs is None: why = "the background collector's worker does not save its partial episodes"
         else: why = envs['unsaved']   # None: the envs continue their episodes
         return dict(version=CHECKPOINT_VERSION, learner=type(self).__name__, config=self.config.plain(),
-                    **self.core.state_dict(), replay=None if replay_save else self.replay.state_dict(),
+                    **self.dqn_update.state_dict(), replay=None if replay_save else self.replay.state_dict(),
                     replay_save=replay_save, agent=self.explorer.state_dict(), **self.episodes.state_dict(),
                     torch_rng=torch.get_rng_state(), nstep=None if self.nstep is None else self.nstep.state_dict(),
                     envs=None if why else envs, fresh_episodes=why,
@@ -301,7 +306,7 @@ class PipeLearner(Stateful):
         if state['config'] != config:
             diff = {k: (state['config'].get(k), v) for k, v in config.items() if state['config'].get(k) != v}
             raise ValueError(f"checkpoint config differs from this learner's (checkpoint, learner): {diff}")
-        checked = dict(state, core=self.core.check_state(state))
+        checked = dict(state, dqn_update=self.dqn_update.check_state(state))
         if state['replay_save'] is None: self.replay.check_state(state['replay'])
         elif state['replay'] is not None: raise ValueError("checkpoint holds a replay and names a replay save")
         else: self.check_replay_save(state['replay_save'])
@@ -328,7 +333,7 @@ class PipeLearner(Stateful):
         # the buffer checks and assigns under its own lock
         if state['replay_save'] is None: self.replay.load_state_dict(state['replay'])
         else: self.replay.load(self.replay_dir)   # maps the files of a storage on disk there
-        self.core.assign(state['core'])
+        self.dqn_update.assign(state['dqn_update'])
         self.explorer.assign(state['agent'])
         self.episodes.assign(state['episodes'])
         if self.nstep is not None:   # with fresh episodes the open windows belong to abandoned ones: dropped
@@ -367,20 +372,21 @@ class Learner(PipeLearner):
         if not disk: check_fits(self.replay_nbytes, c.max_sz, on_device)   # on disk it may exceed the memory
         torch.manual_seed(c.seed)
         network = q_network(obs, n_actions, grid, frames, c.hidden, c.dueling, c.layer_norm, one_hot)
-        self.core = DQNCore(network, c.lr, c.device, c.compile)
-        agent = EpsilonGreedy(self.model, n_actions, c.eps_start, c.eps_end, c.eps_decay_steps, seed=c.seed)
+        self.dqn_update = DQNUpdate(network, c.lr, c.device, c.compile)
+        agent = EpsilonGreedy(self.model, n_actions, c.explore_start, c.explore_end, c.explore_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed, c.nenvs, c.collector)
         if is_atari(c.env_id): steps = SignRewards(steps)  # DQN's clipped rewards for training; returns: the score
         if c.n_step > 1:   # open windows carry over between fits
             steps = self.nstep = NStepTransitions(steps, c.n_step, c.gamma, keep_open=True)
         self.replay = make_replay(steps, c.replay, frames, c.max_sz, c.bs, c.seed, c.alpha, c.beta, c.eps,
                                   c.prioritization, c.weight_norm, self.replay_dir if disk else None,
-                                  device=self.core.device, storage_device=on_device, every=c.train_every,
+                                  device=self.dqn_update.device, storage_device=on_device, every=c.train_every,
                                   repeats=c.gradient_steps, warmup=c.warmup)
         self.feed = TransitionFeed(self.replay)
         stored = c.total_steps - (c.n_step - 1) * c.nenvs   # an n-step window still open at the end is not stored
         rounds = (stored - self.replay.warmup) // c.train_every + 1   # updates start once `warmup` are stored
-        self.pipe = self.core.train(self.core.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
+        update = self.dqn_update
+        self.pipe = update.train(update.losses(self.replay, c.gamma, c.double), self.explorer, self.replay,
                                     c.max_grad_norm, target_every=c.target_every,
                                     tau=None if c.target_every else c.tau,
                                     updates=max(1, rounds * c.gradient_steps) if c.replay == 'per' else None)
@@ -421,13 +427,13 @@ def upgrade_checkpoint(state:dict,
             and isinstance(config, dict)):
         return state
     lacks = dict(config={}, state={}) if older is None else older(state['version'])
-    config, state = dict(config), dict(state)
+    config, state = {FORMER_NAMES.get(k, k): v for k, v in config.items()}, dict(state)   # today's names, in order
     for k, v in lacks['config'].items(): config.setdefault(k, v)
     for k, v in lacks['state'].items(): state.setdefault(k, v)
     if state['version'] == CHECKPOINT_VERSION: return dict(state, config=config)   # settings added since: only those
     config.setdefault('weight_norm', 'buffer')   # before the option: weights divided by the buffer's largest
     state = {('env_steps' if k == 'frames' else k): v for k, v in state.items()}   # version 3 called env steps frames
     # version 4 called the count of sub-envs `envs` and Ape-X's base exploration rate `epsilon`
-    config = {dict(envs='nenvs', epsilon='eps_base').get(k, k): v for k, v in config.items()}
+    config = {dict(envs='nenvs', epsilon='explore_base').get(k, k): v for k, v in config.items()}
     # version 5 kept the replay buffer inside the checkpoint, always
     return dict(state, version=CHECKPOINT_VERSION, config=config, replay_save=None)

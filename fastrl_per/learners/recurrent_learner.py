@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..core import SimpleStep
 from ..replay.sequence import PrioritizedSequenceReplay, PrioritizedBatch, SequenceReplayPipe
 from .recurrent import RecurrentQNetwork
-from .dqn import EpsilonGreedy, TrainStep, DQNCore, env_dims, RunConfig, configured
+from .dqn import EpsilonGreedy, TrainStep, DQNUpdate, env_dims, RunConfig, configured
 from .learner import PipeLearner
 from ..state import Stateful
 from ..replay.priorities import PRIORITIZATION
@@ -163,7 +163,7 @@ class RecurrentConfig(RunConfig):
     # the episodes' kind: a name in `KINDS` or a `PriorityKind` class; the config records its name
     prioritization:str|type=PRIORITIZATION
     tau:float=0.005
-    eps_decay_steps:int=10_000
+    explore_steps:int=10_000
     length:int=16 # steps per sequence that are trained on
     burn_in:int=8 # steps before them that only advance the recurrent state
     # a replayed sequence starts from 'stored' (the actor's state) or 'zero'
@@ -225,9 +225,9 @@ class RecurrentLearner(PipeLearner):
         self.config = c = configured(RecurrentConfig, config, settings)
         obs_dim, n_actions, one_hot = env_dims(c.env_id)   # one_hot: Discrete observations, stored as integers
         torch.manual_seed(c.seed)
-        self.core = DQNCore(RecurrentQNetwork(obs_dim, n_actions, one_hot), c.lr)
-        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c.eps_start, end=c.eps_end,
-                                       decay_steps=c.eps_decay_steps, seed=c.seed)
+        self.dqn_update = DQNUpdate(RecurrentQNetwork(obs_dim, n_actions, one_hot), c.lr)
+        agent = RecurrentEpsilonGreedy(self.model, n_actions, start=c.explore_start, end=c.explore_end,
+                                       decay_steps=c.explore_steps, seed=c.seed)
         steps = self.act(agent, c.env_id, c.seed)
         stored = c.recurrent_state == 'stored'
         if stored: steps = WithRecurrentState(steps, agent)
@@ -237,9 +237,10 @@ class RecurrentLearner(PipeLearner):
         self.sequences = SequenceReplayPipe(steps, self.replay, bs=c.bs, length=c.length, every=c.train_every,
                                             burn_in=c.burn_in, warmup=c.warmup)
         self.feed = SequenceFeed(self.sequences, agent)
-        losses = SequenceQ(self.sequences, self.model, self.core.target_model, c.burn_in, c.n_step, c.gamma, c.eta,
+        target = self.dqn_update.target_model
+        losses = SequenceQ(self.sequences, self.model, target, c.burn_in, c.n_step, c.gamma, c.eta,
                            stored, c.value_rescaling)
-        self.pipe = self.core.train(losses, self.explorer, self.replay, c.max_grad_norm, tau=c.tau, per_id=True,
+        self.pipe = self.dqn_update.train(losses, self.explorer, self.replay, c.max_grad_norm, tau=c.tau, per_id=True,
                                     updates=max(1, (c.total_steps - c.warmup) // c.train_every))
         self.anneal_lr(c.lr, c.lr_end, c.total_steps)
 

@@ -5,6 +5,7 @@
 # %% ../../nbs/08_cli.ipynb #521adcd6
 from __future__ import annotations
 import argparse, difflib, inspect, re, sys, textwrap, typing, warnings
+from types import MappingProxyType
 from fastcore.docments import docments
 from .. import __version__
 from .train import train, evaluate, RunInterrupted
@@ -24,17 +25,21 @@ __all__ = ['FLAG_NAMES', 'FLAG_ALIASES', 'FLAG_INSTEAD', 'SECTIONS', 'EXIT_CODES
            'one_line', 'flagged', 'show_warning', 'main']
 
 # %% ../../nbs/08_cli.ipynb #505ef520
-FLAG_NAMES = dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs', address='ray_address')
-# the names Stable-Baselines3 and CleanRL give the same settings, taken as well
-FLAG_ALIASES = dict(env_id=['env_id'], total_steps=['total_timesteps'], bs=['batch_size'], lr=['learning_rate'],
-                    warmup=['learning_starts'], nenvs=['num_envs', 'n_envs'],
-                    train_every=['train_freq', 'train_frequency'],
-                    eps_start=['start_e', 'exploration_initial_eps'], eps_end=['end_e', 'exploration_final_eps'],
-                    n_step=['n_steps'])
+FLAG_NAMES = MappingProxyType(dict(env_id='env', total_steps='steps', max_sz='buffer_size', nenvs='envs',
+                                   address='ray_address'))
+# the names Stable-Baselines3 and CleanRL give the same settings, and this command's former names of the exploration
+# settings (`--eps-start` ...), taken as well
+FLAG_ALIASES = MappingProxyType(dict(
+    env_id=('env_id',), total_steps=('total_timesteps',), bs=('batch_size',), lr=('learning_rate',),
+    warmup=('learning_starts',), nenvs=('num_envs', 'n_envs'), train_every=('train_freq', 'train_frequency'),
+    explore_start=('eps_start', 'start_e', 'exploration_initial_eps'),
+    explore_end=('eps_end', 'end_e', 'exploration_final_eps'), explore_steps=('eps_decay_steps',),
+    explore_base=('eps_base',), n_step=('n_steps',)))
 # their names for settings that this command counts in other units: the flag to use instead
-FLAG_INSTEAD = dict(target_network_frequency='--target-every (in updates, not env steps)',
-                    target_update_interval='--target-every (in updates, not env steps)',
-                    exploration_fraction='--eps-decay-steps (in env steps, not a fraction of --steps)')
+FLAG_INSTEAD = MappingProxyType(dict(
+    target_network_frequency='--target-every (in updates, not env steps)',
+    target_update_interval='--target-every (in updates, not env steps)',
+    exploration_fraction='--explore-steps (in env steps, not a fraction of --steps)'))
 
 def flag(name:str) -> str:
     "The command-line flag of argument `name`."
@@ -42,7 +47,7 @@ def flag(name:str) -> str:
 
 def aliases(name:str) -> list[str]:
     "The other flags of argument `name`: the names Stable-Baselines3 and CleanRL give it (`FLAG_ALIASES`)."
-    return ['--' + a.replace('_', '-') for a in FLAG_ALIASES.get(name, [])]
+    return ['--' + a.replace('_', '-') for a in FLAG_ALIASES.get(name, ())]
 
 def typed(name:str, value) -> str:
     "`value` of argument `name` as a user would type it."
@@ -136,8 +141,8 @@ def learner_help(name:str, doc:str, defaults:dict, full:bool=True) -> str:
     return f"{doc} ({'; '.join(parts)})"
 
 # learner arguments in a section of their own
-SECTIONS = dict(collector='--collector', publish_every='--collector', replay_device='--replay-device',
-                compile='--replay-device')
+SECTIONS = MappingProxyType(dict(collector='--collector', publish_every='--collector', replay_device='--replay-device',
+                                 compile='--replay-device'))
 
 def section(name:str, defaults:dict) -> str:
     ("The section of `train --help` that lists the flag of learner argument `name`, taken by the models in "

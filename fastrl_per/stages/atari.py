@@ -5,6 +5,7 @@
 # %% ../../nbs/02c_atari.ipynb #8429ce4a
 from __future__ import annotations
 import importlib
+from types import MappingProxyType
 from functools import partial
 import gymnasium as gym
 import numpy as np
@@ -109,8 +110,9 @@ class SignRewards(IterDataPipe):
             yield SimpleStep.from_fields({n: getattr(step, n) for n in STEP_FIELDS} | dict(reward=step.reward.sign()))
 
 # %% ../../nbs/02c_atari.ipynb #d70d7401
-ATARI_DEFAULTS = dict(total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
-                      eps_start=1.0, eps_end=0.1, eps_decay_steps=1_000_000, lr=6.25e-5, double=True, n_step=1)
+ATARI_DEFAULTS = MappingProxyType(dict(
+    total_steps=50_000_000, max_sz=1_000_000, bs=32, train_every=4, target_every=2_500, warmup=50_000,
+    explore_start=1.0, explore_end=0.1, explore_steps=1_000_000, lr=6.25e-5, double=True, n_step=1))
 
 def capped_defaults(table:dict, total_steps:int|None=None) -> dict:
     "`table` for a run of `total_steps` env steps: a buffer of at most `total_steps`, a warm-up of at most a quarter."
@@ -124,11 +126,13 @@ def atari_defaults(total_steps:int|None=None) -> dict:
     return capped_defaults(ATARI_DEFAULTS, total_steps)
 
 # %% ../../nbs/02c_atari.ipynb #2ee9fa6c
-MINATAR_DEFAULTS = dict(total_steps=1_000_000, max_sz=100_000, bs=32, train_every=4, gradient_steps=1,
-                        target_every=250, warmup=1_000, eps_start=1.0, eps_end=0.01, eps_decay_steps=250_000,
-                        lr=2.5e-4, gamma=0.99, double=False, n_step=1, max_grad_norm=None)
+MINATAR_DEFAULTS = MappingProxyType(dict(
+    total_steps=1_000_000, max_sz=100_000, bs=32, train_every=4, gradient_steps=1, target_every=250, warmup=1_000,
+    explore_start=1.0, explore_end=0.01, explore_steps=250_000, lr=2.5e-4, gamma=0.99, double=False, n_step=1,
+    max_grad_norm=None))
 
-ID_DEFAULTS = {'ALE ids': ATARI_DEFAULTS, 'MinAtar ids': MINATAR_DEFAULTS}   # the tables, by the ids they serve
+# the tables, by the ids they serve
+ID_DEFAULTS = MappingProxyType({'ALE ids': ATARI_DEFAULTS, 'MinAtar ids': MINATAR_DEFAULTS})
 
 def id_defaults(env_id, total_steps:int|None=None) -> dict:
     "The published settings of `env_id`'s games for a run of `total_steps` (`capped_defaults`); {} for other ids."
