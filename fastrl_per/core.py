@@ -28,10 +28,13 @@ def beyond_float32(v) -> bool:
     ("Whether `v` (a Python float, or a float array or tensor) holds a finite number that float32 would hold as inf; "
      "an inf or a NaN given is not beyond it.")
     if type(v) is float: return _F32_INF <= abs(v) < math.inf
-    if v.dtype.itemsize <= 4 or 0 in v.shape: return False
-    size = abs(v)
-    if size.max() < _F32_INF: return False   # one reduction: the usual answer
-    return bool(((size >= _F32_INF) & (size < math.inf)).any())   # an inf or a NaN given, or a number beyond float32
+    if v.dtype.itemsize <= 4: return False
+    if v.ndim == 0: return _F32_INF <= abs(float(v)) < math.inf
+    flat = v.reshape(-1)
+    biggest = max(map(abs, flat.tolist()), default=0.) if len(flat) <= 16 else abs(flat).max()   # Python: few faster
+    if biggest < _F32_INF: return False   # the usual answer
+    size = abs(flat)   # an inf or a NaN given, or a number beyond float32: looked at one by one
+    return bool(((size >= _F32_INF) & (size < math.inf)).any())
 
 def _unfit(t, dtype) -> torch.Tensor:
     "Where the numbers of tensor `t` change when cast to integer `dtype` (a wrap, a fraction, a NaN)."
