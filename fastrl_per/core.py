@@ -30,10 +30,10 @@ def beyond_float32(v) -> bool:
     if type(v) is float: return _F32_INF <= abs(v) < math.inf
     if v.dtype.itemsize <= 4: return False
     if v.ndim == 0: return _F32_INF <= abs(float(v)) < math.inf
-    flat = v.reshape(-1)
-    biggest = max(map(abs, flat.tolist()), default=0.) if len(flat) <= 16 else abs(flat).max()   # Python: few faster
+    if 0 in v.shape: return False
+    biggest = max(map(abs, v.tolist())) if v.ndim == 1 and len(v) <= 16 else abs(v).max()   # Python: few faster
     if biggest < _F32_INF: return False   # the usual answer
-    size = abs(flat)   # an inf or a NaN given, or a number beyond float32: looked at one by one
+    size = abs(v)   # an inf or a NaN given, or a number beyond float32: looked at one by one
     return bool(((size >= _F32_INF) & (size < math.inf)).any())
 
 def _unfit(t, dtype) -> torch.Tensor:
