@@ -21,12 +21,16 @@ format is the reference in the same process. The files go under `--dir` and are 
 Goals (#43): a save raises peak memory by at most 0.1x the data; a save after 5,000 more transitions takes at most
 0.1x a full save; a buffer on disk samples at most 1.2x as slowly as in memory.
 
-`--checksum-cost` measures each buffer twice, with the save's CRC-32 checksums and without (the benchmark's child
-replaces `store.crc` by a function returning 0, so that a save records zeros and a load checks them for nothing; no
-user knob), and prints what they add to a save, a save after 5,000 more, and a load. Goal (#50): at most 10 %.
+`--checksum-cost` measures what the save's CRC-32 checksums cost, in one child process per buffer, with and
+without them taking turns in each of `--repeats` rounds (ABAB..., the order swapped every round, so that a busy
+moment of a shared machine falls on both): without them, `store.crc` is a function returning 0 (a save records
+zeros and a load checks them for nothing; no user knob). Per round and mode: a full save, a save after 5,000 more,
+a fresh buffer's load (in memory a reader: it reads and checks every chunk; on disk the owner mapping its own
+files: it reads no rows) and `verify()`, which reads the whole save and checks it; the table gives the median over
+the rounds of the per-round ratio (checked / unchecked) and both medians. Goal (#50): at most 10 % on save and load.
 """
 from __future__ import annotations
-import argparse, json, shutil, subprocess, sys, threading, time
+import argparse, json, os, platform, shlex, shutil, subprocess, sys, threading, time
 from pathlib import Path
 import numpy as np
 import torch
@@ -151,52 +155,89 @@ def speed_child(kind:str, size:int, d:Path) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def run_child(step:str, kind:str, size:int, storage:str, d:Path, old:bool, crc:bool=True) -> dict:
-    cmd = [sys.executable, __file__, '--child', step, kind, str(size), storage, str(d), 'old' if old else 'no-old',
-           'crc' if crc else 'no-crc']
+def checksum_child(kind:str, size:int, storage:str, d:Path, rounds:int) -> dict:
+    ("A buffer saved, saved after 5,000 more, loaded and verified with and without checksums, in turns (ABAB..., "
+     "the order swapped each round): each step's times by mode, in seconds. Each round's saves go to a new "
+     "directory of the mode's own (on disk: a new ring, filled, the buffer living there).")
+    import fastrl_per.replay.store as store
+    from fastrl_per.replay.store import SavedArrays
+    modes = dict(checked=store.crc, unchecked=lambda a: 0)
+    pool = np.random.default_rng(0).integers(0, 256, (POOL, 84, 84), np.uint8) if kind == 'atari' else None
+    source = None if storage == 'disk' else make(kind, size, None)
+    if source is not None: fill(source, kind, 0, size, pool)
+    times = {m: {k: [] for k in ('save', 'inc', 'load', 'verify')} for m in modes}
+    warm = make(kind, 1_000, None); fill(warm, kind, 0, 1_000, pool)   # the first calls' imports and caches
+    warm.save(d / 'warm'); make(kind, 1_000, None).load(d / 'warm'); SavedArrays(d / 'warm').verify()
+    for r in range(rounds):
+        for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
+            store.crc, where, t = modes[mode], d / f'{mode}-{r}', times[mode]
+            buf = source if source is not None else make(kind, size, where)
+            if source is None: fill(buf, kind, 0, size, pool)   # a ring on disk lives in its directory
+            t0 = time.perf_counter(); buf.save(where); t['save'].append(time.perf_counter() - t0)
+            fill(buf, kind, size + r * MORE, MORE, pool)
+            t0 = time.perf_counter(); buf.save(where); t['inc'].append(time.perf_counter() - t0)
+            if source is None: del buf   # its directory's lock goes with it: the load below owns it
+            fresh = make(kind, size, where if storage == 'disk' else None)
+            t0 = time.perf_counter(); fresh.load(where); t['load'].append(time.perf_counter() - t0)
+            del fresh
+            t0 = time.perf_counter(); SavedArrays(where).verify(); t['verify'].append(time.perf_counter() - t0)
+            shutil.rmtree(where)
+    store.crc = modes['checked']
+    return times
+
+
+def run_child(step:str, kind:str, size:int, storage:str, d:Path, more:str) -> dict:
+    cmd = [sys.executable, __file__, '--child', step, kind, str(size), storage, str(d), more]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode: raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(kind:str, size:int, storage:str, root:Path, old:bool, crc:bool=True) -> dict:
+def measure(kind:str, size:int, storage:str, root:Path, old:bool) -> dict:
     d = root / f'{kind}-{size}-{storage}'
     shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
     try:
-        saved = run_child('save', kind, size, storage, d, old, crc)
-        return dict(saved, **run_child('load', kind, size, storage, d, old, crc))
+        more = 'old' if old else 'no-old'
+        saved = run_child('save', kind, size, storage, d, more)
+        return dict(saved, **run_child('load', kind, size, storage, d, more))
     finally: shutil.rmtree(d, ignore_errors=True)
 
 
+STEPS = dict(save='save', inc='+5k save', load='load', verify='verify')
+
+
 def checksum_table(rows:list) -> str:
-    "Save, save after 5,000 more, and load, with checksums and without (the median of the repeats), and their ratio."
-    out = ['| buffer | ring | save | unchecked | ratio | +5k save | unchecked | ratio | load | unchecked | ratio |',
-           '|---|---|' + '--:|' * 9]
+    "Per buffer and step: the median over rounds of the round's ratio (checked / unchecked), and both medians in ms."
+    out = ['| buffer | ring | step | checked / unchecked (median of rounds) | checked | unchecked |',
+           '|---|---|---|--:|--:|--:|']
+    ms = lambda xs: f"{float(np.median(xs)) * 1e3:,.1f} ms"
     for r in rows:
-        cells = [f"{r[k]:.3f} s | {r['no_crc'][k]:.3f} s | {r[k] / r['no_crc'][k]:.2f}"
-                 for k in ('save_s', 'inc_s', 'load_s')]
-        out.append(f"| {LABELS[r['kind']]} {r['size']:,} | {r['storage']} | " + ' | '.join(cells) + ' |')
+        for step, label in STEPS.items():
+            a, b = r['checked'][step], r['unchecked'][step]
+            ratio = float(np.median([x / y for x, y in zip(a, b)]))
+            out.append(f"| {LABELS[r['kind']]} {r['size']:,} | {r['storage']} | {label} | {ratio:.2f} | {ms(a)} | "
+                       f"{ms(b)} |")
     return '\n'.join(out)
 
 
-def checksum_cost(plan:list, root:Path, repeats:int=3) -> list:
-    "Each buffer of `plan` measured in turns with and without checksums, `repeats` times; the medians."
+def checksum_cost(plan:list, root:Path, rounds:int) -> list:
+    "Each buffer of `plan` in a child process of its own, measured in `rounds` rounds of both modes in turns."
     rows = []
     for kind, size, storage in plan:
-        runs = {True: [], False: []}
-        for _ in range(repeats):
-            for crc in (True, False): runs[crc].append(measure(kind, size, storage, root, False, crc))
-        med = {crc: {k: float(np.median([m[k] for m in ms])) for k in ('save_s', 'inc_s', 'load_s')}
-               for crc, ms in runs.items()}
-        rows.append(dict(kind=kind, size=size, storage=storage, **med[True], no_crc=med[False]))
-        print(f"{kind} {size:,} {storage}: done", file=sys.stderr, flush=True)
+        d = root / f'{kind}-{size}-{storage}'
+        shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
+        t = time.perf_counter()
+        try: rows.append(dict(kind=kind, size=size, storage=storage,
+                              **run_child('checksums', kind, size, storage, d, str(rounds))))
+        finally: shutil.rmtree(d, ignore_errors=True)
+        print(f"{kind} {size:,} {storage}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     return rows
 
 
 def measure_speed(kind:str, size:int, root:Path) -> dict:
     d = root / f'{kind}-{size}-speed'
     shutil.rmtree(d, ignore_errors=True); d.mkdir(parents=True)
-    try: return run_child('speed', kind, size, 'both', d, False)
+    try: return run_child('speed', kind, size, 'both', d, 'no-old')
     finally: shutil.rmtree(d, ignore_errors=True)
 
 
@@ -251,17 +292,15 @@ def main():
     p.add_argument('--storages', nargs='+', default=['memory', 'disk'], help='rings in memory, on disk or both')
     p.add_argument('--no-old', action='store_true', help='leave out the old single-file save (it copies the buffer)')
     p.add_argument('--checksum-cost', action='store_true', help='each buffer with and without checksums (no old save)')
-    p.add_argument('--repeats', type=int, default=3, help='--checksum-cost: measurements of each, in turns')
-    p.add_argument('--child', nargs=7, help=argparse.SUPPRESS)
+    p.add_argument('--repeats', type=int, default=7, help='--checksum-cost: rounds of both, in turns')
+    p.add_argument('--child', nargs=6, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        step, kind, size, storage, d, old, crc = a.child
+        step, kind, size, storage, d, more = a.child
         torch.set_num_threads(1)
-        if crc == 'no-crc':
-            import fastrl_per.replay.store as store
-            store.crc = lambda a: 0   # every chunk's checksum 0: recorded as such, checked as such
-        if step == 'speed': out = speed_child(kind, int(size), Path(d))
-        else: out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), old == 'old')
+        if step == 'checksums': out = checksum_child(kind, int(size), storage, Path(d), int(more))
+        elif step == 'speed': out = speed_child(kind, int(size), Path(d))
+        else: out = (save_child if step == 'save' else load_child)(kind, int(size), storage, Path(d), more == 'old')
         print(json.dumps(out)); return
     if a.table:
         rows = json.loads(Path(a.table).read_text())
@@ -271,7 +310,11 @@ def main():
             for s in a.storages]
     plan += [('cartpole', n, 'disk') for n in a.disk_sizes if 'cartpole' in a.kinds and 'disk' in a.storages]
     if a.checksum_cost:
-        print(checksum_table(checksum_cost(plan, Path(a.dir), a.repeats))); return
+        print(f"command: `{shlex.join(['python', *sys.argv])}`; python {platform.python_version()}, numpy "
+              f"{np.__version__}, torch {torch.__version__}, {os.cpu_count()} CPUs, load average at start "
+              f"{os.getloadavg()[0]:.2f}; {a.repeats} rounds\n")
+        print(checksum_table(checksum_cost(plan, Path(a.dir), a.repeats)))
+        print(f"\nload average at end {os.getloadavg()[0]:.2f}"); return
     rows = []
     for kind, size, storage in plan:
         t = time.perf_counter()

@@ -4,12 +4,14 @@
 
 # %% ../nbs/00_core.ipynb #b0b3af3e
 from __future__ import annotations
+import math
 from types import MappingProxyType
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'RESERVED', 'tree_map', 'flatten_fields', 'unflatten_fields', 'SimpleStep']
+__all__ = ['STEP_FIELDS', 'FIELD_DTYPES', 'RESERVED', 'beyond_float32', 'tree_map', 'flatten_fields', 'unflatten_fields',
+           'SimpleStep']
 
 # %% ../nbs/00_core.ipynb #b4d21a4c
 STEP_FIELDS = ('state', 'action', 'next_state', 'terminated', 'truncated', 'reward',
@@ -20,23 +22,63 @@ FIELD_DTYPES = MappingProxyType(dict(terminated=torch.bool, truncated=torch.bool
                                      episode_n=torch.int64, n_steps=torch.int32))
 RESERVED = ('idxs', 'weights')  # what a sampled batch carries besides its fields
 
+_F32_INF = float.fromhex('0x1.ffffffp+127')   # the least magnitude float32 rounds to inf: its max and half a step
+
+def beyond_float32(v) -> bool:
+    ("Whether `v` (a Python float, or a float array or tensor) holds a finite number that float32 would hold as inf; "
+     "an inf or a NaN given is not beyond it.")
+    if type(v) is float: return _F32_INF <= abs(v) < math.inf
+    if v.dtype.itemsize <= 4: return False
+    if v.ndim == 0: return _F32_INF <= abs(float(v)) < math.inf
+    if 0 in v.shape: return False
+    biggest = max(map(abs, v.tolist())) if v.ndim == 1 and len(v) <= 16 else abs(v).max()   # Python: few faster
+    if biggest < _F32_INF: return False   # the usual answer
+    size = abs(v)   # an inf or a NaN given, or a number beyond float32: looked at one by one
+    return bool(((size >= _F32_INF) & (size < math.inf)).any())
+
+def _unfit(t, dtype) -> torch.Tensor:
+    "Where the numbers of tensor `t` change when cast to integer `dtype` (a wrap, a fraction, a NaN)."
+    if t.is_floating_point() or t.is_signed() or t.dtype == torch.bool or t.dtype.itemsize < dtype.itemsize:
+        return t.to(dtype).to(t.dtype) != t
+    ints = t.numpy(force=True)   # unsigned and as wide: a cast back would hide the wrap, and torch orders no uint64
+    return torch.from_numpy(np.asarray(ints > ints.dtype.type(torch.iinfo(dtype).max)))
+
+def _refused(name, given, t, bad=None) -> ValueError:
+    "The error for `given` (read as tensor `t`; `bad` where an array does not fit) refused by field `name`."
+    dtype = str(FIELD_DTYPES.get(name, torch.float32)).removeprefix('torch.')
+    at = '' if bad is None or t.ndim == 0 else tuple(bad.nonzero()[0].tolist())   # a cut repr may not show it
+    return ValueError(f"field {name!r}: {repr(given)[:60]} does not fit its dtype {dtype}"
+                      + (f": {t[at].item()!r} at index {at}" if at else ''))
+
 def _as_field(name, value):
     ("`value` as a tensor with the dtype of field `name` (floating states become float32); a dict key by key. A "
-     "number that does not fit the field's integer dtype (`2**70`, `2**40` for the int32 `n_steps`, `1.5` for a "
-     "step count) is a `ValueError` naming the field, the value and the dtype, never a number stored wrapped.")
+     "number that does not fit the field's dtype (`2**70`, `2**40` for the int32 `n_steps`, `1.5` for a step count, "
+     "`np.uint64(2**64 - 1)` for an int64 one, a finite `1e300` that float32 would hold as inf) is a `ValueError` "
+     "naming the field, the value and the dtype, never a number stored wrapped or as inf; an inf or a NaN given stays.")
     if isinstance(value, dict): return {k: _as_field(name, v) for k, v in value.items()}
+    given = value
+    if isinstance(value, np.generic): value = np.asarray(value)   # torch reads no numpy uint64 scalar
     try: t = torch.as_tensor(value)
     except (OverflowError, RuntimeError, ValueError) as e:
         if 'verflow' not in str(e): raise
         raise ValueError(f"field {name!r}: {repr(value)[:60]} does not fit int64, the widest integer dtype") from None
     dtype = FIELD_DTYPES.get(name, torch.float32 if t.is_floating_point() else None)
+    if dtype == torch.float32 and type(value) is float and beyond_float32(value):
+        raise _refused(name, given, t)
+    if dtype == torch.float32 and isinstance(value, (list, tuple)) and t.dtype == dtype and t.isinf().any():
+        t = torch.as_tensor(value, dtype=torch.float64)   # torch read the Python floats as float32: read them as given
     if dtype is None or t.dtype == dtype: return t
     out = t.to(dtype)
-    if dtype.is_floating_point or dtype == torch.bool: return out
-    kept = (torch.iinfo(dtype).min <= value <= torch.iinfo(dtype).max if type(value) is int
-            else torch.equal(out.to(t.dtype), t))
-    if kept: return out
-    raise ValueError(f"field {name!r}: {repr(value)[:60]} does not fit its dtype {str(dtype).removeprefix('torch.')}")
+    if dtype == torch.bool: return out
+    if dtype.is_floating_point:
+        if not (t.is_floating_point() and beyond_float32(t)): return out
+        raise _refused(name, given, t, (t.abs() >= _F32_INF) & t.isfinite())
+    if type(value) is int:
+        if torch.iinfo(dtype).min <= value <= torch.iinfo(dtype).max: return out
+        raise _refused(name, given, t)
+    bad = _unfit(t, dtype)
+    if not bad.any(): return out
+    raise _refused(name, given, t, bad)
 
 def tree_map(f, value):
     "`f` applied to a tensor, or to each value of a dict of tensors (a `Dict` observation)."

@@ -177,9 +177,26 @@ BAD_EXTEND = [
      "field 'step_n': array([1.5, 1.5, 1.5, 1.5]) does not fit its dtype int64"),
     ('a uint8 extra given 300', _with(code=lambda c: np.full(4, 300)), ValueError,
      "'code' has dtype int64, the buffer stores uint8"),   # refused by its dtype before any value is looked at
+    ('a float32 reward given 1e300', _with(reward=lambda c: np.array([1., 2., 1e300, 3.])), ValueError,
+     "field 'reward': array([1.e+000, 2.e+000, 1.e+300, 3.e+000]) does not fit its dtype float32: 1e+300 at index (2,)"),
+    ('a float32 extra given -1e300', _with(logp=lambda c: np.array([0., -1e300, 0., 0.])), ValueError,
+     "field 'logp': array([ 0.e+000, -1.e+300,  0.e+000,  0.e+000]) does not fit its dtype float32"),
+    ('a float32 reward given a float64 tensor 1e39', _with(reward=lambda c: torch.full((4,), 1e39, dtype=torch.float64)),
+     ValueError, "field 'reward': tensor([1.0000e+39,"),
+    ('an int64 field given uint64 2**64-1', _with(step_n=lambda c: np.array([0, 2 ** 64 - 1, 1, 2], np.uint64)),
+     ValueError, "does not fit its dtype int64: 18446744073709551615 at index (1,)"),
+    ('an int64 field given uint64 2**63', _with(episode_n=lambda c: np.full(4, 2 ** 63, np.uint64)), ValueError,
+     "field 'episode_n': array([9223372036854775808,"),
+    ('an int32 field given uint32 2**32-1', _with(n_steps=lambda c: np.array([1, 1, 2 ** 32 - 1, 1], np.uint32)),
+     ValueError, "field 'n_steps': array([         1,          1, 4294967295,          1], dtyp does not fit its dtype int32: 4294967295"),
+    ('an int64 field given the scalar np.uint64(2**64-1)', _with(env_id=lambda c: np.uint64(2 ** 64 - 1)), ValueError,
+     "field 'env_id': np.uint64(18446744073709551615) does not fit its dtype int64"),
 ]
 NO_SCHEMA = ('not a batch', 'terminated and reward lengths differ', 'an int32 field given 2**40',
-             'an int32 field given 2**31', 'an int64 field given 2**70', 'a step count given 1.5')   # field errors
+             'an int32 field given 2**31', 'an int64 field given 2**70', 'a step count given 1.5',
+             'a float32 reward given 1e300', 'a float32 extra given -1e300', 'a float32 reward given a float64 tensor 1e39',
+             'an int64 field given uint64 2**64-1', 'an int64 field given uint64 2**63',
+             'an int32 field given uint32 2**32-1', 'an int64 field given the scalar np.uint64(2**64-1)')   # field errors
 
 
 @pytest.mark.parametrize('kind', KINDS)
@@ -203,6 +220,61 @@ def test_add_given_a_batch_stores_nothing(kind):
     with pytest.raises(ValueError, match=r"a batch of 4\? `add` stores one transition"):
         buf.add(**dict(row(cols, 0), goal=cols['goal']))
     assert_same_state(buf.state_dict(), before)
+
+
+BAD_ADD_NUMBERS = [   # one transition's number that its field's dtype cannot hold: refused, naming the field
+    (dict(reward=1e300), "field 'reward': 1e+300 does not fit its dtype float32"),
+    (dict(reward=-3.5e38), "field 'reward': -3.5e+38 does not fit its dtype float32"),
+    (dict(reward=np.float64(1e300)), "field 'reward': np.float64(1e+300) does not fit its dtype float32"),
+    (dict(logp=1e300), "field 'logp': 1e+300 does not fit its dtype float32"),
+    (dict(env_id=np.uint64(2 ** 64 - 1)), "field 'env_id': np.uint64(18446744073709551615) does not fit its dtype int64"),
+    (dict(step_n=np.array(2 ** 63, np.uint64)), "field 'step_n': array(9223372036854775808, dtype=uint64) does not fit"),
+    (dict(n_steps=np.uint32(2 ** 32 - 1)), "field 'n_steps': np.uint32(4294967295) does not fit its dtype int32"),
+    (dict(n_steps=np.uint64(2 ** 31)), "field 'n_steps': np.uint64(2147483648) does not fit its dtype int32"),
+]
+FINE_ADD_NUMBERS = [   # numpy scalars and the infinities a user gave: stored as these numbers
+    (dict(env_id=np.uint64(5), step_n=np.int8(-3), episode_n=np.bool_(True), n_steps=np.uint16(1)),
+     dict(env_id=5, step_n=-3, episode_n=1, n_steps=1)),
+    (dict(env_id=np.uint64(2 ** 63 - 1), n_steps=np.uint32(2 ** 31 - 1)), dict(env_id=2 ** 63 - 1, n_steps=2 ** 31 - 1)),
+    (dict(reward=float('inf'), logp=-np.inf), dict(reward=float('inf'), logp=-float('inf'))),
+    (dict(reward=3.4028235e38, logp=np.float64(-3.4028235677973362e38)),   # the largest that round to float32's max
+     dict(reward=3.4028234663852886e38, logp=-3.4028234663852886e38)),
+    (dict(terminated=np.bool_(True), reward=np.uint64(2 ** 64 - 1)), dict(terminated=True, reward=2.0 ** 64)),
+]
+
+
+@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('fresh', [True, False], ids=['first write', 'schema fixed'])
+def test_numbers_that_do_not_fit_store_nothing(kind, fresh):
+    "A number its field cannot hold is refused by name through either write path; numpy scalars and infs are kept."
+    buf = make(kind) if fresh else _buf_with_schema(kind)
+    one = row(transitions(kind, 4, start=6), 0)
+    for change, message in BAD_ADD_NUMBERS:
+        before = buf.state_dict()
+        with pytest.raises(ValueError) as e: buf.add(**dict(one, **change))
+        assert message in str(e.value), e.value
+        assert_same_state(buf.state_dict(), before)
+    for change, stored in FINE_ADD_NUMBERS:
+        slot = buf.add(**dict(one, **change))
+        got = buf.storage.gather(slot)
+        assert {n: getattr(got, n).item() for n in stored} == stored
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(reward=st.floats(allow_nan=False), env_id=st.integers(0, 2 ** 64 - 1), fresh=st.booleans())
+def test_any_float_and_uint64_is_stored_exactly_or_refused(reward, env_id, fresh):
+    "A float64 reward is stored as float32 rounds it unless a finite one would become inf; a uint64 env_id as given."
+    buf = make(ReplayBuffer) if fresh else _buf_with_schema(ReplayBuffer)
+    one = dict(row(transitions(ReplayBuffer, 1), 0), reward=reward, env_id=np.uint64(env_id))
+    with np.errstate(over='ignore'): as_f32 = np.float32(reward)
+    reward_fits = bool(np.isfinite(as_f32) or not np.isfinite(reward))
+    before = len(buf)
+    if not (reward_fits and env_id < 2 ** 63):   # the first field in order that does not fit is named
+        with pytest.raises(ValueError, match="field 'env_id'" if reward_fits else "field 'reward'"): buf.add(**one)
+        assert len(buf) == before
+        return
+    got = buf.storage.gather(buf.add(**one))
+    assert (got.reward.item(), got.env_id.item()) == (float(as_f32), env_id)
 
 
 @pytest.mark.parametrize('kind', [ReplayBuffer, PrioritizedReplayBuffer])

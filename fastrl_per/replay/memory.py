@@ -15,6 +15,7 @@ import torch
 from numba import njit
 from torch.utils.data import IterDataPipe
 from ..core import SimpleStep, STEP_FIELDS, FIELD_DTYPES, RESERVED, flatten_fields, unflatten_fields
+from ..core import beyond_float32
 from ..checks import check_int, check_progress, check_tensor, feedback_arrays, save_atomically
 from .store import NO_GUARD, DiskArrays, save_arrays, load_arrays, continued
 from ..state import Stateful, check_keys, check_version, rng_of_state
@@ -196,6 +197,7 @@ class FieldWriter:
             elif type(v) is np.ndarray and v.dtype.kind == 'f': dtype, shape = _F32, v.shape
             elif (got := field_array(v)) is None: return None
             else: v, dtype, shape = got
+            if dtype is _F32 and beyond_float32(v): return None   # float32 would hold it as inf: `SimpleStep` names it
             if kinds is None and dtype != want or kinds is not None and dtype.kind not in kinds: return None
             if (bounds is not None and isinstance(v, (np.ndarray, np.generic)) and v.size
                     and not np.can_cast(dtype, want) and not bounds[0] <= v.min() <= v.max() <= bounds[1]):
