@@ -16,10 +16,10 @@ def make_step(i):
                       truncated=i % 7 == 0, reward=i / 4, total_reward=float(i), env_id=i % 2, step_n=i, episode_n=i // 10)
 
 
-def pair(cls, max_sz, hook_every):
-    "Two buffers seeded alike: one runs its bookkeeping every `hook_every` single steps, the other after each."
+def pair(cls, max_sz, tell_every):
+    "Two buffers seeded alike: one runs its bookkeeping every `tell_every` single steps, the other after each."
     staged, direct = cls(max_sz=max_sz, seed=0), cls(max_sz=max_sz, seed=0)
-    staged.hook_every, direct.hook_every = hook_every, 1
+    staged.tell_every, direct.tell_every = tell_every, 1
     return staged, direct
 
 
@@ -39,8 +39,8 @@ ops = st.lists(st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from([ReplayBuffer, PrioritizedReplayBuffer]), st.integers(1, 12), st.integers(2, 8), ops)
-def test_batched_bookkeeping_is_invisible(cls, max_sz, hook_every, history):
-    staged, direct = pair(cls, max_sz, hook_every)
+def test_batched_bookkeeping_is_invisible(cls, max_sz, tell_every, history):
+    staged, direct = pair(cls, max_sz, tell_every)
     n = 0
     for op, k in history:
         if op == 'single':
@@ -69,13 +69,13 @@ def test_batched_bookkeeping_is_invisible(cls, max_sz, hook_every, history):
 
 def test_bookkeeping_runs_at_the_limit_and_before_reads():
     buf = PrioritizedReplayBuffer(max_sz=10, seed=0)
-    buf.hook_every = 4
+    buf.tell_every = 4
     for i in range(3): buf.add(make_step(i))
-    assert (buf.storage.n_added, buf._unhooked, len(buf), buf._core.kind.total) == (3, 3, 3, 0.)
+    assert (buf.storage.n_added, buf._untold, len(buf), buf.draw.core.kind.total) == (3, 3, 3, 0.)
     buf.add(make_step(3))
-    assert (buf._unhooked, buf._core.kind.total) == (0, 4.)   # four leaves at max_priority 1
+    assert (buf._untold, buf.draw.core.kind.total) == (0, 4.)   # four leaves at max_priority 1
     buf.add(make_step(4))
-    assert buf.kind.total == 5. and buf._unhooked == 0   # reading the tree caught it up
+    assert buf.kind.total == 5. and buf._untold == 0   # reading the tree caught it up
 
 
 @pytest.mark.parametrize('bad,contains', [
