@@ -13,8 +13,8 @@ from .stages.envs import GymStepper, GymTransformBlock
 from .stages.nstep import NStepTransitions
 from .stages.atari import make_env
 from .learners.collect import AsyncCollector
-from .replay.memory import Storage, RingStorage, ReplayBuffer, ExperienceReplay
-from .replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay
+from .replay.memory import Storage, RingStorage, ReplayBuffer, ExperienceReplay, Draw, UniformDraw
+from .replay.per import PrioritizedReplayBuffer, PrioritizedExperienceReplay, PriorityDraw
 from .replay.frames import FrameStorage
 from .replay.sumtree import SumTree
 from .replay.priorities import Priorities, PriorityKind, KINDS
@@ -31,7 +31,7 @@ from .learners.apex import ApexRun
 from .run.train import train, evaluate, RunInterrupted
 
 # the public API: the record type, the stages, the buffers and the storages they are given, the networks, the
-# learners and the command's functions, and the extension points (docs/extend.md: the storage interface, the
+# learners and the command's functions, and the extension points (docs/extend.md: the storage interface, the draws,
 # prioritization kinds and their registry, the state protocol); helpers stay importable from their modules
 # (`from fastrl_per.run.rundir import read_metrics`)
 __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransformBlock', 'NStepTransitions',
@@ -42,4 +42,4 @@ __all__ = ['SimpleStep', 'UnbatchSteps', 'BatchSteps', 'GymStepper', 'GymTransfo
            'TDTargets', 'WeightedLoss', 'OptimizerStep', 'TargetUpdate', 'SoftUpdate', 'PriorityFeedback',
            'AnnealBeta', 'AnnealLR', 'TrainMetrics', 'NatureQNetwork', 'MinAtarQNetwork', 'RecurrentQNetwork',
            'Learner', 'RecurrentLearner', 'ApexRun', 'train', 'evaluate', 'RunInterrupted',
-           'Storage', 'PriorityKind', 'KINDS', 'Stateful']
+           'Storage', 'Draw', 'UniformDraw', 'PriorityDraw', 'PriorityKind', 'KINDS', 'Stateful']
