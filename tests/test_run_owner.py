@@ -115,6 +115,8 @@ def test_refusals_say_what_to_do(tmp_path):
     assert 'choose a new or empty directory for --out' in refused('--out', str(mine)).stderr
     assert 'give a run\'s directory, or start a new run with --out' in refused('--resume', str(mine)).stderr
     assert 'choose a directory for --out' in refused('--out', str(mine / 'notes.txt')).stderr
+    # a directory that is not there (a run refused, or stopped before it began, removes the one it made)
+    assert f"start one there with --out {str(tmp_path / 'never')!r}" in refused('--resume', str(tmp_path / 'never')).stderr
     run = tmp_path / 'run'
     done = subprocess.run([*COMMAND, '--out', str(run), '--steps', '200', *QUICK], capture_output=True, text=True,
                           timeout=300)

@@ -86,15 +86,17 @@ def hold_run_dir(path) -> DirLock:
     except ValueError as e: raise RunRefused(str(e)) from None
 
 def unstarted(path:Path) -> list[Path]|None:
-    ("The files a run stopped before its first checkpoint left in `path` (a metrics.csv with its header alone, the "
-     "replay and checkpoint of a first save cut short, the lock), or None if `path` holds anything else or a run.")
+    ("The files a run stopped before its first checkpoint left in `path` (a metrics.csv with its header alone or the "
+     "start of it, the replay and files of a first save cut short, the lock), or None if `path` holds anything "
+     "else or a run.")
     if not path.is_dir() or is_run(path): return None
     ours = {'metrics.csv', PENDING, REPLAY_DIR, LOCK_FILE}
     found = list(path.iterdir())
     stray = [p for p in found if p.name not in ours and not any(p.name.startswith(n) and p.name.endswith('.tmp')
-                                                                 for n in ours)]
+                                                                 for n in (*ours, *RUN_FILES))]
     metrics = path / 'metrics.csv'
-    if stray or (metrics.exists() and metrics.read_bytes() != (','.join(METRIC_COLUMNS) + '\r\n').encode()):
+    header = (','.join(METRIC_COLUMNS) + '\r\n').encode()   # a kill while it was written leaves its start
+    if stray or (metrics.exists() and not header.startswith(metrics.read_bytes())):
         return None
     return found
 

@@ -106,6 +106,9 @@ def open_resumed(resume, out, model, config, check=None) -> tuple:
         if unstarted(run_dir) is not None:
             raise RunRefused(f"the run in {str(run_dir)!r} stopped before its first checkpoint: there is nothing to "
                              f"resume; start it again with out={str(run_dir)!r}")
+        if not run_dir.exists():   # never made, or removed by a run stopped before it began
+            raise RunRefused(f"{str(run_dir)!r} does not exist, so it is not a fastrl_per run (it has no run.json or "
+                             f"checkpoint.pt): start one there with out={str(run_dir)!r}")
         raise RunRefused(f"{str(run_dir)!r} is not a fastrl_per run (it has no run.json or checkpoint.pt); "
                          "give a run's directory, or start a new run with out=")
     lock = hold_run_dir(run_dir)
