@@ -21,9 +21,9 @@ format is the reference in the same process. The files go under `--dir` and are 
 Goals (#43): a save raises peak memory by at most 0.1x the data; a save after 5,000 more transitions takes at most
 0.1x a full save; a buffer on disk samples at most 1.2x as slowly as in memory.
 
-`--checksum-cost` measures what the save's CRC-32 checksums cost, in one child process per buffer, with and
+`--checksum-cost` measures what the save's checksums (XXH3-64) cost, in one child process per buffer, with and
 without them taking turns in each of `--repeats` rounds (ABAB..., the order swapped every round, so that a busy
-moment of a shared machine falls on both): without them, `store.crc` is a function returning 0 (a save records
+moment of a shared machine falls on both): without them, `store.checksum` is a function returning 0 (a save records
 zeros and a load checks them for nothing; no user knob). Per round and mode: a full save, a save after 5,000 more,
 a fresh buffer's load (in memory a reader: it reads and checks every chunk; on disk the owner mapping its own
 files: it reads no rows) and `verify()`, which reads the whole save and checks it; the table gives the median over
@@ -161,7 +161,7 @@ def checksum_child(kind:str, size:int, storage:str, d:Path, rounds:int) -> dict:
      "directory of the mode's own (on disk: a new ring, filled, the buffer living there).")
     import fastrl_per.replay.store as store
     from fastrl_per.replay.store import SavedArrays
-    modes = dict(checked=store.crc, unchecked=lambda a: 0)
+    modes = dict(checked=store.checksum, unchecked=lambda data, algo=None: 0)
     pool = np.random.default_rng(0).integers(0, 256, (POOL, 84, 84), np.uint8) if kind == 'atari' else None
     source = None if storage == 'disk' else make(kind, size, None)
     if source is not None: fill(source, kind, 0, size, pool)
@@ -170,7 +170,7 @@ def checksum_child(kind:str, size:int, storage:str, d:Path, rounds:int) -> dict:
     warm.save(d / 'warm'); make(kind, 1_000, None).load(d / 'warm'); SavedArrays(d / 'warm').verify()
     for r in range(rounds):
         for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
-            store.crc, where, t = modes[mode], d / f'{mode}-{r}', times[mode]
+            store.checksum, where, t = modes[mode], d / f'{mode}-{r}', times[mode]
             buf = source if source is not None else make(kind, size, where)
             if source is None: fill(buf, kind, 0, size, pool)   # a ring on disk lives in its directory
             t0 = time.perf_counter(); buf.save(where); t['save'].append(time.perf_counter() - t0)
@@ -182,7 +182,7 @@ def checksum_child(kind:str, size:int, storage:str, d:Path, rounds:int) -> dict:
             del fresh
             t0 = time.perf_counter(); SavedArrays(where).verify(); t['verify'].append(time.perf_counter() - t0)
             shutil.rmtree(where)
-    store.crc = modes['checked']
+    store.checksum = modes['checked']
     return times
 
 

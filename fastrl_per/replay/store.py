@@ -5,6 +5,7 @@
 # %% ../../nbs/03a_store.ipynb #4cfcb91c
 from __future__ import annotations
 import contextlib, errno, fcntl, gc, hashlib, io, mmap, os, uuid, zlib
+import xxhash
 from contextlib import contextmanager
 from pathlib import Path
 import numpy as np
@@ -12,11 +13,11 @@ import torch
 from ..checks import DirLock
 
 # %% auto #0
-__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'FULL', 'MARK_BYTES',
-           'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at', 'mark_of', 'write_mark', 'read_mark', 'read_at',
-           'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside', 'crc', 'chunk_crcs',
-           'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id', 'continued',
-           'save_arrays', 'load_arrays']
+__all__ = ['STATE_FILE', 'JOURNAL', 'LOCK', 'COMMIT_LOCK', 'SAVE_FORMAT', 'CHUNK_BYTES', 'NO_GUARD', 'FULL', 'CHECKSUM',
+           'CHECKSUMS', 'MARK_BYTES', 'chunk_rows', 'ring_chunks', 'npy_offset', 'write_at', 'mark_of', 'write_mark',
+           'read_mark', 'read_at', 'random_access', 'check_whole', 'write_npy', 'fits', 'sync_dir', 'inside',
+           'checksum', 'chunk_crcs', 'SavedArrays', 'new_file', 'read_rows', 'own_lock', 'DiskArrays', 'check_save_id',
+           'continued', 'save_arrays', 'load_arrays']
 
 # %% ../../nbs/03a_store.ipynb #d956ed97
 STATE_FILE, JOURNAL = 'state.pt', 'journal'   # a saved buffer's small state; undo copies of its arrays' chunks
@@ -25,6 +26,7 @@ SAVE_FORMAT = 'fastrl_per.save'   # `state.pt` holding the state's bytes and the
 CHUNK_BYTES = 1 << 22   # the most one journal entry holds (4 MB): the unit of incremental writes and of checksums
 NO_GUARD = np.iinfo(np.int64).max   # a write count never reached: no journaling needed
 FULL = (errno.ENOSPC, errno.EDQUOT)   # a full disk, or a full quota: the same to a save
+CHECKSUM, CHECKSUMS = 'xxh3_64', ('xxh3_64', 'crc32')   # what a save records, by name; those a load checks
 MARK_BYTES = 24   # an array file's mark, after its data: b'frlpsave' and a 16-byte digest of the save that wrote it
 
 def chunk_rows(a:np.ndarray) -> int:
@@ -135,9 +137,12 @@ def inside(path:Path, name, what:str) -> Path:
         raise ValueError(f"saved buffer at {str(path)!r}: {what} names {name!r}, not a plain file in the directory")
     return path / name
 
-def crc(a:np.ndarray) -> int:
-    "The CRC-32 (`zlib.crc32`) of `a`'s bytes (measured at 4 GB/s here: below what reading them costs)."
-    return zlib.crc32(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+def checksum(data, algo:str=CHECKSUM) -> int:
+    ("The checksum `algo` of `data`'s bytes (an array, read in place when contiguous, or bytes): 'xxh3_64' "
+     "(`xxhash.xxh3_64_intdigest`) or 'crc32' (`zlib.crc32`, of saves that name none); a `ValueError` otherwise.")
+    if algo not in CHECKSUMS: raise ValueError(f"unknown checksum {algo!r} (known: {', '.join(CHECKSUMS)})")
+    if isinstance(data, np.ndarray): data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return xxhash.xxh3_64_intdigest(data) if algo == 'xxh3_64' else zlib.crc32(data)
 
 def chunk_crcs(a:np.ndarray, kept:int, chunks, crcs:list|None=None) -> list:
     ("The checksum of each chunk of `a`'s first `kept` rows: those of `crcs` (an earlier save's), recomputed for "
@@ -145,7 +150,7 @@ def chunk_crcs(a:np.ndarray, kept:int, chunks, crcs:list|None=None) -> list:
     rows, n = chunk_rows(a), -(-kept // chunk_rows(a))
     out = list(crcs or [])[:n] + [None] * max(0, n - len(crcs or []))
     for c in range(n) if crcs is None else [int(c) for c in chunks if c < n] + [c for c in range(n) if out[c] is None]:
-        out[c] = crc(a[c * rows:min((c + 1) * rows, kept)])
+        out[c] = checksum(a[c * rows:min((c + 1) * rows, kept)])
     return out
 
 # %% ../../nbs/03a_store.ipynb #3e263053
@@ -166,13 +171,17 @@ class SavedArrays:
             state = torch.load(path, weights_only=True)
             if isinstance(state, dict) and state.get('format') == SAVE_FORMAT:   # a checksummed state inside
                 payload = state['state'].numpy().tobytes()
-                if zlib.crc32(payload) != state['crc']: raise ValueError("its checksum does not match")
+                if checksum(payload, state.get('checksum', 'crc32')) != state['crc']:
+                    raise ValueError("its checksum does not match")
                 state = torch.load(io.BytesIO(payload), weights_only=True)
         except Exception as e: raise ValueError(f"cannot read a saved buffer from {str(path)!r}: {e}") from e
         arrays = state.get('arrays') if isinstance(state, dict) and 'save_id' in state else None
         if not isinstance(arrays, dict) or not all(isinstance(i, dict) and 'file' in i for i in arrays.values()):
             raise ValueError(f"{str(path)!r} is not a saved buffer's state")
-        for n, info in state['arrays'].items(): inside(self.path, info['file'], f"array {n!r}")
+        for n, info in state['arrays'].items():
+            inside(self.path, info['file'], f"array {n!r}")
+            if 'crcs' in info and info.get('checksum', 'crc32') not in CHECKSUMS:
+                raise ValueError(f"{str(path)!r}: array {n!r} has checksums of an unknown kind {info['checksum']!r}")
         return state
 
     def journal(self, save_id:str, name:str, a:np.ndarray, chunks):
@@ -258,7 +267,7 @@ class SavedArrays:
         if 'crcs' not in info: return
         rows = info['chunk']
         for c, want in enumerate(info['crcs']):
-            if crc(a[c * rows:min((c + 1) * rows, info['kept'])]) != want:
+            if checksum(a[c * rows:min((c + 1) * rows, info['kept'])], info.get('checksum', 'crc32')) != want:
                 raise ValueError(f"saved buffer at {str(self.path)!r}: array {name!r} ({info['file']}) chunk {c} "
                                  f"(rows {c * rows}..{min((c + 1) * rows, info['kept']) - 1}) does not match its "
                                  "checksum: damaged, or a file of another save")
@@ -283,7 +292,7 @@ class SavedArrays:
         sync_dir(self.path)
         payload = io.BytesIO(); torch.save(state, payload)
         payload = payload.getvalue()
-        wrapped = dict(format=SAVE_FORMAT, crc=zlib.crc32(payload),
+        wrapped = dict(format=SAVE_FORMAT, checksum=CHECKSUM, crc=checksum(payload),
                        state=torch.frombuffer(bytearray(payload), dtype=torch.uint8))
         tmp = self.path / f'{STATE_FILE}.{uuid.uuid4().hex[:8]}.tmp'
         try:
@@ -466,7 +475,8 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
         for name, a in arrays.items():
             known = None if old is None else old['arrays'].get(name)
             kept, rows = int(min(counts[name], len(a))), chunk_rows(a)
-            since = None if known is None or known.get('chunk') != rows else last.get('crcs', {}).get(name)
+            reuse = known is not None and known.get('chunk') == rows and known.get('checksum', 'crc32') == CHECKSUM
+            since = last.get('crcs', {}).get(name) if reuse else None
             chunks = () if since is None else ring_chunks(len(a), rows, last['counts'][name], counts[name])
             if own and disk.holds(a):
                 a.flush()
@@ -485,7 +495,8 @@ def save_arrays(path, state:dict, arrays:dict, counts:dict, disk:DiskArrays|None
             if known is None or files[name] != known['file']: since = None
             crcs[name] = chunk_crcs(a, kept, chunks, since)
         arrays_state = {n: dict(file=files[n], count=int(counts[n]), kept=int(min(counts[n], len(arrays[n]))),
-                                chunk=chunk_rows(arrays[n]), crcs=crcs[n], marked=marked[n]) for n in arrays}
+                                chunk=chunk_rows(arrays[n]), checksum=CHECKSUM, crcs=crcs[n], marked=marked[n])
+                        for n in arrays}
         state = dict(state, save_id=save_id, continues=None if old is None else old['save_id'], arrays=arrays_state)
         saved.commit(state)
         if own: disk.saved_at(state)
