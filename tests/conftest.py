@@ -16,6 +16,13 @@ def release(version:str) -> str:
     return version.split('+')[0]
 
 
+def scalars(run_dir) -> dict:
+    "Tag → [(step, value)] of the TensorBoard scalars in `run_dir/tb`, as TensorBoard reads them."
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(Path(run_dir) / 'tb')); events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
+
+
 @pytest.fixture
 def one_thread():
     "Torch on one thread, as `fastrl_per train` sets it: the machine is shared, and more threads than free cores makes training many times slower."

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 from fastrl_per.checks import install_line
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fastrl_per.core import SimpleStep
 from fastrl_per.replay.per import PrioritizedExperienceReplay
 from fastrl_per.run.monitor import RunBoard
+from conftest import scalars
 from test_cli import metrics   # metrics.csv rows, the update rows by default
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
@@ -35,12 +35,6 @@ def without(module):
     "The command run by a Python that finds `module` missing (None in sys.modules stops its import)."
     return [sys.executable, '-c', f'import sys; sys.modules[{module!r}] = None; from fastrl_per.run.cli import main; main()']
 
-
-def scalars(run_dir) -> dict:
-    "Tag → list of (step, value) of the TensorBoard scalars in `run_dir/tb`, as TensorBoard reads them."
-    events = EventAccumulator(str(Path(run_dir) / 'tb'))
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
 
 
 def point_steps(frames, every, start=0):

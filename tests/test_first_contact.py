@@ -7,17 +7,11 @@ import torch
 from fastrl_per.all import ReplayBuffer, PrioritizedReplayBuffer
 from fastrl_per.run.train import train
 from fastrl_per.run.rundir import load_checkpoint
-from conftest import wait_for_saved_steps
+from conftest import scalars, wait_for_saved_steps
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # every test trains on one torch thread (conftest.py)
 
 RUN = dict(env_id='CartPole-v1', eval_every=0, log_every=100, checkpoint_every=100, progress=False)
-
-def scalars(run_dir) -> dict:
-    "Tag → [(step, value)] of the TensorBoard scalars in `run_dir/tb`."
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    events = EventAccumulator(str(Path(run_dir) / 'tb')); events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
 
 def numbers(value) -> int:
     "How many numbers `value` (a JSON value) holds in lists, at any depth."

@@ -137,7 +137,7 @@ import signal, subprocess, sys
 from pathlib import Path
 import gymnasium as gym
 from fastrl_per.run.train import train
-from conftest import wait_for_saved_steps
+from conftest import scalars, wait_for_saved_steps
 
 COMMAND = [str(Path(sys.executable).parent / 'fastrl_per')]
 LOOP_FLAGS = ['--checkpoint-every', '50', '--eval-every', '200', '--eval-episodes', '2', '--solved', '0', '--no-progress']   # not in the checkpoint: a resumed run is given them again
@@ -165,12 +165,6 @@ def test_command_interrupted_and_resumed_equals_the_run_never_stopped(tmp_path):
 def run_state(run_dir) -> dict:
     "The whole state of the run in `run_dir`, its replay (saved in replay/, named by checkpoint.pt) inside, as a resume reads it."
     return restore_learner(load_checkpoint(run_dir), Path(run_dir) / 'replay').state_dict()
-
-def scalars(run_dir) -> dict:
-    "Tag → [(step, value)] of the TensorBoard scalars in `run_dir/tb`."
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    events = EventAccumulator(str(run_dir / 'tb')); events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()['scalars']}
 
 
 def make_transformed_cartpole(**kwargs):

@@ -1,6 +1,7 @@
 """The stop rule through the real command: `fastrl_per train` stops at `--solved` only when a confirmed greedy
-evaluation reaches it, says what decided, and `fastrl_per evaluate` of the network it keeps plays at the threshold; a
-run that ends on its budget says so. CartPole-v1, seed 0, a few thousand env steps: under a minute in all."""
+evaluation reaches it and the network plays it on `evaluate`'s own episodes too (100 of them, and the first 10, which
+`evaluate` plays by default), says what decided, and `fastrl_per evaluate` of the network it keeps plays at the
+threshold; a run that ends on its budget says so, and why. CartPole-v1, a few thousand env steps: about two minutes."""
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from fastrl_per.run.rundir import load_best, read_metrics
+from conftest import scalars
 
 COMMAND = str(Path(sys.executable).parent / 'fastrl_per')
 # the 07d notebook's example: 1,000 random warm-up transitions, whose episodes' training mean reaches 15 at the first
@@ -28,10 +30,10 @@ def command(*args) -> str:
     return done.stdout
 
 
-def evaluated(run_dir) -> float:
+def evaluated(run_dir, episodes:int=10) -> float:
     "The mean return `fastrl_per evaluate` plays with `run_dir`'s kept network (best.pt), on its own episodes."
-    out = command('evaluate', run_dir)
-    found = re.search(r'mean return over 10 greedy episodes: (-?[\d.]+)', out)
+    out = command('evaluate', run_dir, '--episodes', episodes)
+    found = re.search(rf'mean return over {episodes} greedy episodes: (-?[\d.]+)', out)
     assert found and 'network: best.pt' in out, out
     return float(found.group(1))
 
@@ -71,11 +73,13 @@ def test_greedy_threshold_stops_and_kept_network_plays_it(runs):
     d, out = runs
     best, m = load_best(d / 'greedy'), read_metrics(d / 'greedy')
     assert m['frame'][-1] < 2000 and best['frame'] == m['frame'][-1]   # stopped before its budget, on the kept network
+    hundred, ten = evaluated(d / 'greedy', 100), evaluated(d / 'greedy')
     assert end_line(out['greedy']) == (
-        f"solved at step {best['frame']:,}: the greedy network played {best['eval_return']:.1f} over 5 episodes and "
-        f"{best['confirmed_return']:.1f} over 10 with its confirm episodes (threshold 15); best.pt keeps it")
-    assert min(best['eval_return'], best['confirmed_return']) >= 15
-    assert evaluated(d / 'greedy') >= 15
+        f"solved at step {best['frame']:,}: the greedy network played {best['eval_return']:.1f} over 5 episodes, "
+        f"{best['confirmed_return']:.1f} over 10 with its confirm episodes, and {hundred:.1f} over 100 of evaluate's "
+        f"episodes (seeds 10,000 to 10,099; {ten:.1f} over the first 10, which evaluate plays) (threshold 15); "
+        "best.pt keeps it")
+    assert min(best['eval_return'], best['confirmed_return'], hundred, ten) >= 15
     # what the training-mean rule handed over with the same draws: a network that does not play the threshold
     assert evaluated(d / 'train-mean') < 15
 
@@ -87,6 +91,33 @@ def test_threshold_the_training_mean_never_reaches(tmp_path):
     assert end_line(out).startswith(f"solved at step {best['frame']:,}: the greedy network played")
     assert m['frame'][-1] < 2000 and training_mean(m, m['frame'][-1]) < 150
     assert evaluated(tmp_path / 'run') >= 150
+
+
+def test_confirmed_network_that_misses_on_evaluates_episodes_does_not_stop(tmp_path):
+    ("Threshold 180: a network plays it on its evaluation and with its confirm episodes, then not on 100 of "
+     "`evaluate`'s; the run goes on to one that does, and `evaluate` agrees on 10 and 100 episodes.")
+    out = command('train', '--out', tmp_path / 'run', '--solved', 180, *QUICK)
+    tb, best = scalars(tmp_path / 'run'), load_best(tmp_path / 'run')
+    evals, confirmed, checks = (dict(tb[f'return/{t}']) for t in ('eval', 'confirmed', 'solve_check'))
+    missed = [step for step, mean in checks.items() if mean < 180]
+    assert missed, checks   # the case this test is for: a check that failed
+    assert all(min(evals[step], confirmed[step]) >= 180 for step in missed)   # the old rule stopped there
+    assert read_metrics(tmp_path / 'run')['frame'][-1] == best['frame'] > max(missed)
+    assert end_line(out).startswith(f"solved at step {best['frame']:,}: ")
+    assert checks[best['frame']] >= 180 and min(evaluated(tmp_path / 'run'), evaluated(tmp_path / 'run', 100)) >= 180
+
+
+def test_budget_end_after_a_failed_check_says_what_it_played(tmp_path):
+    ("Seed 3, threshold 200: the last network plays it with its confirm episodes and on the first 10 of `evaluate`'s, "
+     "not on 100; the run ends on its budget, and says so with the numbers `evaluate` gives.")
+    out = command('train', '--out', tmp_path / 'run', '--seed', 3, '--solved', 200, *QUICK)
+    best = load_best(tmp_path / 'run')
+    hundred, ten = evaluated(tmp_path / 'run', 100), evaluated(tmp_path / 'run')
+    assert hundred < 200 <= min(ten, best['confirmed_return'], best['eval_return'])
+    assert end_line(out) == (
+        f"ended on its budget of 2,000 steps: the greedy network of step {best['frame']:,} reached the threshold of 200 "
+        f"with its confirm episodes ({best['confirmed_return']:.1f}) but played {hundred:.1f} over 100 of evaluate's "
+        f"episodes (seeds 10,000 to 10,099; {ten:.1f} over the first 10, which evaluate plays)")
 
 
 @pytest.mark.parametrize('flags,line', [

@@ -25,9 +25,9 @@ from .factories import new_learner, build_learner, resume_learner, upgraded
 from ..learners.learner import torch_threads
 
 # %% auto #0
-__all__ = ['SOLVED_BY', 'RunInterrupted', 'command_name', 'StopSignals', 'solved_threshold', 'open_new', 'open_resumed',
-           'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily', 'BestNetwork', 'TrainLoop', 'train',
-           'check_video_extra', 'evaluate']
+__all__ = ['SOLVED_BY', 'EVALUATE_EPISODES', 'EVALUATE_SEED', 'RunInterrupted', 'command_name', 'StopSignals', 'solved_threshold',
+           'open_new', 'open_resumed', 'open_run', 'greedy_returns', 'check_eval_seed', 'evaluate_greedily',
+           'BestNetwork', 'TrainLoop', 'train', 'check_video_extra', 'evaluate']
 
 # %% ../../nbs/07d_train.ipynb #05902318
 class RunInterrupted(Exception):
@@ -143,7 +143,10 @@ def open_run(out, resume, model, config, check=None) -> tuple[RunLearner, Path, 
     return open_resumed(resume, out, model, config, check)
 
 # %% ../../nbs/07d_train.ipynb #a34f153c
-def greedy_returns(agent, env_id:str, episodes:int=10, seed:int=10_000, video_dir:Path|None=None) -> list[float]:
+EVALUATE_EPISODES, EVALUATE_SEED = 10, 10_000   # what `evaluate` plays unless told: 10 greedy episodes, seeds 10,000 on
+
+def greedy_returns(agent, env_id:str, episodes:int=EVALUATE_EPISODES, seed:int=EVALUATE_SEED,
+                   video_dir:Path|None=None) -> list[float]:
     ("Returns of `episodes` episodes on `env_id` acting greedily with `agent`'s model (its carried state, for a "
      "recurrent one); `video_dir`: record them there.")
     if video_dir is None: env = make_env(env_id)
@@ -218,11 +221,14 @@ class TrainLoop:
      "evaluates greedily.")
     def __init__(self, learner:RunLearner, run_dir:Path, manifest:dict, updates:int, threshold:float|None,
                  eval_every:int, eval_episodes:int, confirm_episodes:int, eval_seed:int, log_every:int,
-                 checkpoint_every:int, notes:list[str], solved_by:str='greedy', board:dict|None=None):
+                 checkpoint_every:int, notes:list[str], solved_by:str='greedy', board:dict|None=None,
+                 solve_episodes:int=100):
         self.notes = notes   # the lines the summary starts with: what a resume continued, where Ray ran
         self.learner, self.run_dir, self.manifest = learner, run_dir, manifest
         self.updates, self.threshold, self.solved_by = updates, threshold, solved_by
         self.solved = None   # how the run reached the threshold: `by`, `step`, the score(s) that decided it
+        self.solve_episodes = solve_episodes   # of `evaluate`'s episodes, those a greedy `solved` must average it over
+        self.checked = None   # the last solve check a network failed: `step`, `confirmed`, `first`, `mean`
         self.eval_every = eval_every
         self.log_every, self.checkpoint_every, self.total = log_every, checkpoint_every, learner.config.total_steps
         # the env step of the last checkpoint; of the last progress line
@@ -252,8 +258,21 @@ class TrainLoop:
                       choice.confirm_episodes)
             self.best = dict(frame=frame, eval_return=score, confirmed_return=confirmed)
             if self.solved_by == 'greedy' and self.threshold and min(score, confirmed) >= self.threshold:
-                self.solved = dict(by='greedy', step=frame, score=score, confirmed=confirmed)
+                self.solved = self.solve_check(frame, score, confirmed)
         return score
+
+    def solve_check(self, frame:int, score:float, confirmed:float) -> dict|None:
+        ("The greedy `solved` of the network just kept at `frame` (its evaluation `score`, `confirmed` with its "
+         "confirm episodes, both at the threshold) if it also plays the threshold on `evaluate`'s own episodes: on "
+         "average over `solve_episodes` of them and over the first `EVALUATE_EPISODES`; None (and `checked`) if not.")
+        played = greedy_returns(copy.deepcopy(self.learner.agent), self.learner.config.env_id, self.solve_episodes,
+                                EVALUATE_SEED)
+        check = dict(step=frame, confirmed=confirmed, first=float(np.mean(played[:EVALUATE_EPISODES])),
+                     mean=float(np.mean(played)))
+        self.board.add('return/solve_check', check['mean'], frame)
+        if min(check['first'], check['mean']) >= self.threshold: return dict(by='greedy', score=score, **check)
+        self.checked = check
+        return None
 
     def failed(self, step:int, why) -> ValueError:
         "The error that ends a run at `step`, with run.json closed and still describing the checkpoint."
@@ -361,14 +380,26 @@ class TrainLoop:
             return (f"solved by the training mean: the last 20 training episodes reached a mean of "
                     f"{solved['mean']:.1f} at step {solved['step']:,} (threshold {self.threshold:g})")
         if solved:
-            confirm = (f" and {solved['confirmed']:.1f} over {choice.episodes + choice.confirm_episodes} with its "
+            confirm = (f", {solved['confirmed']:.1f} over {choice.episodes + choice.confirm_episodes} with its "
                        "confirm episodes" if choice.confirm_episodes else '')
             return (f"solved at step {solved['step']:,}: the greedy network played {solved['score']:.1f} over "
-                    f"{choice.episodes} episodes{confirm} (threshold {self.threshold:g}); best.pt keeps it")
+                    f"{choice.episodes} episodes{confirm}, and {self.played(solved)} (threshold "
+                    f"{self.threshold:g}); best.pt keeps it")
         budget = f"ended on its budget of {self.total:,} steps"
         if not self.threshold: return budget
         if not self.eval_every: return budget + f" (threshold {self.threshold:g}: no greedy evaluation ran to reach it)"
+        checked = self.checked
+        if checked:
+            return budget + (f": the greedy network of step {checked['step']:,} reached the threshold of "
+                             f"{self.threshold:g} with its confirm episodes ({checked['confirmed']:.1f}) but played "
+                             f"{self.played(checked)}")
         return budget + f": no greedy evaluation reached the threshold of {self.threshold:g} with its confirm episodes"
+
+    def played(self, check:dict) -> str:
+        "What a solve check's network played on `evaluate`'s episodes, and which ones they were."
+        last = EVALUATE_SEED + self.solve_episodes - 1
+        return (f"{check['mean']:.1f} over {self.solve_episodes} of evaluate's episodes (seeds {EVALUATE_SEED:,} to "
+                f"{last:,}; {check['first']:.1f} over the first {EVALUATE_EPISODES}, which evaluate plays)")
 
     def kept_lines(self) -> list[str]:
         "Why best.pt holds another network than the last one evaluated, with the numbers that chose it."
@@ -394,13 +425,15 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
           checkpoint_every:int=5_000, # env steps between checkpoints
           # env steps between greedy evaluations, and one at the end; 0: none
           eval_every:int=2_500,
-          eval_episodes:int=10, # greedy episodes per evaluation (as many as `evaluate` plays)
+          eval_episodes:int=10, # greedy episodes per evaluation, as many as evaluate's
           # greedy episodes more for an evaluation that beats best.pt, to confirm it
           confirm_episodes:int=30,
+          # --solved must hold on this many of evaluate's episodes, and on their first 10
+          solve_episodes:int=100,
           # seeds the evaluation env (episode i: eval_seed + i), away from the training env's
           eval_seed:int=1_000_000_000,
-          log_every:int=100, # env steps between TensorBoard points of the training and replay scalars (RUN/tb)
-          threads:int=1, # torch CPU threads; small networks train fastest on one
+          log_every:int=100, # env steps between points in RUN/tb
+          threads:int=1, # torch CPU threads (small nets: 1)
           progress:bool=True, # show a progress bar
           # this many Ape-X actors step envs on Ray (ray extra; --ray-address or $RAY_ADDRESS joins a cluster); 0: none
           actors:int=0,
@@ -411,6 +444,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
     check_int('checkpoint_every', checkpoint_every); check_int('threads', threads); check_int('log_every', log_every)
     check_int('eval_every', eval_every, low=0); check_int('eval_episodes', eval_episodes)
     check_int('confirm_episodes', confirm_episodes, low=0)
+    check_int('solve_episodes', solve_episodes, low=EVALUATE_EPISODES)
     if solved_by not in SOLVED_BY: raise ValueError(f"solved_by={solved_by!r} is not one of {list(SOLVED_BY)}")
     require_cli_extra()
     if check_int('actors', actors, low=0): config['actors'] = actors
@@ -428,7 +462,7 @@ def train(out:str|None=None, # directory of a new run (default: runs/dqn); it mu
                                               f"{size_text(learner.replay_nbytes)} once full\n")
             loop = TrainLoop(learner, run_dir, manifest, updates, solved_threshold(learner.config.env_id, solved),
                              eval_every, eval_episodes, confirm_episodes, eval_seed, log_every, checkpoint_every, notes,
-                             solved_by, board)
+                             solved_by, board, solve_episodes)
             loop.run(progress, resumed=resume is not None)
             return loop.summary()
 
@@ -440,8 +474,8 @@ def check_video_extra():
         raise ValueError(f"recording video needs the video extra: {install_line('video')}") from None
 
 def evaluate(run_dir:str, # a run directory written by train
-             episodes:int=10, # greedy episodes to run
-             seed:int=10_000, # seeds the evaluation envs (episode i uses seed + i)
+             episodes:int=EVALUATE_EPISODES, # greedy episodes to run
+             seed:int=EVALUATE_SEED, # seeds the evaluation envs (episode i uses seed + i)
              video:bool=False, # record the episodes as MP4 files in RUN_DIR/videos (needs the video extra)
              latest:bool=False): # use the last network (checkpoint.pt) instead of the best evaluated one (best.pt)
     ("Mean return of greedy episodes with the best network of `run_dir` (its best.pt; `latest`: its checkpoint's), "
