@@ -21,7 +21,7 @@ from pathlib import Path
 COMMAND = str(Path(sys.executable).parent / 'fastrl_per')
 COLUMNS = ['env', 'seed', 'steps', 'flags', 'threshold', 'solved', 'stopped_at', 'evaluation', 'confirmed', 'check', 'check_first',
            'evaluate_10', 'evaluate_10_min', 'evaluate_10_max', 'evaluate_100', 'evaluate_100_min', 'evaluate_100_max',
-           'cpu_s', 'end_line']
+           'training_mean', 'cpu_s', 'end_line']
 EVALUATED = re.compile(r'mean return over \d+ greedy episodes?: (-?[\d.]+) \(min (-?\d+), max (-?\d+)\)')
 SOLVED = re.compile(r'solved at step ([\d,]+): the greedy network played (-?[\d.]+) over \d+ episodes, (-?[\d.]+) over '
                     r'\d+ with its confirm episodes, and (-?[\d.]+) over \d+ of evaluate\'s episodes \(seeds [\d,]+ to '
@@ -48,7 +48,8 @@ def run_seed(env:str, seed:int, steps:int|None, flags:list[str], out:Path) -> di
     stopped = int(lines[0].split(' steps')[0].replace(',', ''))
     found = re.search(r'threshold (?:of )?(-?[\d.]+)', end)   # what the run stopped at: --solved, else the env's
     row = dict(env=env, seed=seed, steps=steps or '', flags=' '.join(flags), threshold=found and float(found.group(1)),
-               solved=end.startswith('solved'), stopped_at=stopped, end_line=end, cpu_s=round(cpu, 1))
+               solved=end.startswith('solved'), stopped_at=stopped, end_line=end, cpu_s=round(cpu, 1),
+               training_mean=float(lines[0].rsplit(': ', 1)[1]))   # of the last 20 training episodes, at the stop
     decided = SOLVED.match(end)
     if decided: row.update(zip(['evaluation', 'confirmed', 'check', 'check_first'], map(float, decided.groups()[1:])))
     for episodes in (10, 100):
@@ -65,8 +66,8 @@ def read_rows(path:Path) -> list[dict]:
 def table(rows:list[dict]) -> str:
     "A markdown table of the rows, a seed a line, and a line counting the solved runs and those `evaluate` agrees with."
     head = ("| seed | how it ended | at step | decided by: evaluation / with confirm / 100 of evaluate's (first 10) "
-            "| `evaluate`, 10 episodes (min–max) | `evaluate`, 100 episodes (min–max) | CPU min |\n"
-            "|--:|---|--:|--:|--:|--:|--:|")
+            "| `evaluate`, 10 episodes (min–max) | `evaluate`, 100 episodes (min–max) | training mean of 20 at the stop "
+            "| CPU min |\n|--:|---|--:|--:|--:|--:|--:|--:|")
     lines, solved, agree = [head], 0, 0
     for r in sorted(rows, key=lambda r: int(r['seed'])):
         is_solved = str(r['solved']) == 'True'
@@ -76,7 +77,8 @@ def table(rows:list[dict]) -> str:
                      f"| {float(r['evaluate_10']):.1f} ({float(r['evaluate_10_min']):.0f}–"
                      f"{float(r['evaluate_10_max']):.0f}) "
                      f"| {float(r['evaluate_100']):.1f} ({float(r['evaluate_100_min']):.0f}–"
-                     f"{float(r['evaluate_100_max']):.0f}) | {float(r['cpu_s']) / 60:.1f} |")
+                     f"{float(r['evaluate_100_max']):.0f}) | {float(r['training_mean']):.1f} "
+                     f"| {float(r['cpu_s']) / 60:.1f} |")
         solved += is_solved
         agree += is_solved and min(float(r['evaluate_10']), float(r['evaluate_100'])) >= float(r['threshold'])
     lines.append(f"\n{solved} of {len(rows)} stopped solved; `evaluate` of the kept network plays the threshold on 10 "
