@@ -39,6 +39,9 @@ DQN_ZOO = {
     'MountainCar-v0': dict(n_timesteps=120_000, learning_rate=4e-3, batch_size=128, buffer_size=10_000,
                            learning_starts=1000, gamma=0.98, target_update_interval=600, train_freq=16,
                            gradient_steps=8, exploration_fraction=0.2, exploration_final_eps=0.07),
+    'LunarLander-v3': dict(n_timesteps=100_000, learning_rate=6.3e-4, batch_size=128, buffer_size=50_000,
+                           learning_starts=0, gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+                           exploration_fraction=0.12, exploration_final_eps=0.1),
 }
 DQN_ZOO = {env: dict(hp, policy_kwargs=dict(net_arch=[256, 256])) for env, hp in DQN_ZOO.items()}
 # RL Zoo 2.9.2, hyperparams/sac.yml and td3.yml, Pendulum-v1 (TD3's normal action noise of std 0.1 is made below)
