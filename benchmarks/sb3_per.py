@@ -3,11 +3,11 @@
 
 Run from the repository root (the sb3 extra installed: `pip install 'fastrl_per[sb3]'`):
 
-    python benchmarks/sb3_per.py             # DQN on CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3; seeds 0-2
+    python benchmarks/sb3_per.py             # DQN on CartPole-v1, Acrobot-v1, MountainCar-v0, LunarLander-v3; seeds 0-9
     python benchmarks/sb3_per.py --algo SAC TD3 --envs Pendulum-v1   # SAC and TD3 on Pendulum-v1
     python benchmarks/sb3_per.py --algo SAC TD3 --envs Hopper-v5 --seeds 0 1   # MuJoCo: pip install 'gymnasium[mujoco]'
     python benchmarks/sb3_per.py --quick     # 2,000 steps, one seed: a smoke run, not kept
-    python benchmarks/sb3_per.py --runs runs.jsonl --table-only   # the table of runs already written
+    python benchmarks/sb3_per.py --table-only   # the table of the runs already in benchmarks/results/sb3_per.jsonl
 
 The settings are RL Zoo's `hyperparams/dqn.yml`, `sac.yml` and `td3.yml` (rl_zoo3 2.9.2), the same for both sides of
 a pair: nothing is tuned for either. The prioritized class adds the buffer's own defaults (alpha, beta, eps and the
@@ -22,8 +22,9 @@ the seeds; numpy, not rliable: one task a row, so rliable's stratified bootstrap
 return, of the mean return of all training episodes (the area under the learning curve, per episode), of the CPU
 seconds per 1,000 env steps of `learn()` (process time, one torch thread) and, for PER, of the importance
 weights' mean over training.
-Runs go one after the other, uniform then prioritized for each env and seed, and each is appended to `--runs` as it
-ends, so an interrupted benchmark keeps what it finished; run again, it skips the runs `--runs` holds. A model's
+Runs go one after the other, uniform then prioritized for each env and seed, and each is appended to `--runs`
+(default `benchmarks/results/sb3_per.jsonl`, committed, so that each session adds the seeds it finishes) as it ends,
+so an interrupted benchmark keeps what it finished; run again, it skips the runs `--runs` holds. A model's
 `seed` fixes its run (replay sampler included), so a run repeated gives the same numbers but the CPU times.
 """
 from __future__ import annotations
@@ -55,7 +56,7 @@ DQN_ZOO = {env: dict(hp, policy_kwargs=dict(net_arch=[256, 256])) for env, hp in
 # `budget`: the env steps a run takes unless --steps says otherwise. Measured here (one torch thread, 2 shared cores,
 # seed 0, 3,000 steps past learning_starts): the 10,000 warm-up steps cost 0.33-0.52 ms each, the training steps
 # 16.3-19.4 ms (SAC 18.3 / PER 19.4 and TD3 16.3 / 17.9 on Hopper-v5; 16.6 / 18.2 and 17.0 / 17.5 on HalfCheetah-v5),
-# so 40,000 steps (30,000 of them training) are at most about 10 CPU minutes a run.
+# so 40,000 steps (30,000 of them training) are at most about 10 CPU minutes a run (80 runs for seeds 0-9).
 MUJOCO_BUDGET = 40_000
 BUDGET_NOTE = "at most about 10 CPU minutes a run here: 30,000 training steps at 16-19.5 ms"
 SAC_MUJOCO = dict(n_timesteps=1_000_000, learning_starts=10_000, budget=MUJOCO_BUDGET)
@@ -176,23 +177,34 @@ def per_seed(runs:list[dict]) -> str:
                      + f"CPU s/1k {r['cpu_per_1k']:6.2f}" + (f"  mean weight {r['mean_weight']:.3f}"
                                                          if r['mean_weight'] is not None else '') for r in runs)
 
+RUNS = Path(__file__).parent / 'results' / 'sb3_per.jsonl'   # committed: each session adds the runs it finishes
+
+def read_runs(path:Path) -> list[dict]:
+    ("The runs in `path`, one JSON line each. A last line without its newline (a benchmark killed while writing) is "
+     "cut off the file, so that the run is made again and the next one appended on a line of its own.")
+    text = path.read_text() if path.exists() else ''
+    if text and not text.endswith('\n'):
+        text = text[:text.rfind('\n') + 1]
+        path.write_text(text)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument('--algo', nargs='+', default=['DQN'], choices=list(ZOO))
     p.add_argument('--envs', nargs='+', help="of the algorithms' envs in ZOO, those to run (default: all)")
     p.add_argument('--steps', type=int,
                    help="env steps per run (default: the env's budget, else the yaml's n_timesteps)")
-    p.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    p.add_argument('--seeds', nargs='+', type=int, default=list(range(10)))
     p.add_argument('--episodes', type=int, default=10, help="deterministic evaluation episodes per run")
     p.add_argument('--buffer-kwargs', default='dict()', help="PrioritizedDQN's replay_buffer_kwargs, as RL Zoo's yaml")
-    p.add_argument('--runs', default='sb3_per_runs.jsonl', help="file the runs are appended to, one JSON line each")
+    p.add_argument('--runs', default=str(RUNS), help="file the runs are appended to, one JSON line each")
     p.add_argument('--table-only', action='store_true', help="print the table of the runs in --runs; run nothing")
     p.add_argument('--quick', action='store_true',
                    help="2,000 steps (learning_starts at most 1,000, so that training runs), seed 0, 2 evaluation "
                         "episodes; the runs are printed, not kept")
     a = p.parse_args()
     path, runs = Path(a.runs), []
-    kept = [] if a.quick or not path.exists() else [json.loads(line) for line in path.read_text().splitlines() if line]
+    kept = [] if a.quick or not path.exists() else read_runs(path)
     done = {(r['algo'], r['env'], r['seed']) for r in kept}
     if not a.table_only:
         torch.set_num_threads(1)
@@ -209,8 +221,9 @@ def main():
                     starts = min(1000, ZOO[algo][env_id].get('learning_starts', 100)) if a.quick else None
                     runs.append(run(algo, prioritized, env_id, seed, steps, episodes, kwargs, starts))
                     if a.quick: continue   # a smoke run: printed, not kept
+                    path.parent.mkdir(parents=True, exist_ok=True)
                     with path.open('a') as f: f.write(json.dumps(runs[-1]) + '\n')
-    if not a.quick: runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not a.quick: runs = read_runs(path)
     print(per_seed(runs))
     print(table(runs))
 
