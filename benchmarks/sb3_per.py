@@ -164,8 +164,9 @@ def table(runs:list[dict]) -> str:
                         f"| {col('per', 'auc', '.1f')} | {col('uniform', 'cpu_per_1k', '.2f')} "
                         f"| {col('per', 'cpu_per_1k', '.2f')} | {ratio} | {col('per', 'mean_weight', '.3f')} |")
             if any(n < envs[env_id]['n_timesteps'] for n in steps):
-                why = (f"its budget of {envs[env_id]['budget']:,} env steps ({BUDGET_NOTE})" if 'budget' in envs[env_id]
-                       else "--steps")
+                budget = envs[env_id].get('budget')
+                why = (f"its budget of {budget:,} env steps ({BUDGET_NOTE})" if budget and set(steps) == {budget}
+                       else "--steps or --quick" + (f" (its budget: {budget:,})" if budget else ''))
                 notes.append(f"{algo} on {env_id}: {'/'.join(f'{n:,}' for n in steps)} steps of RL Zoo's "
                              f"{envs[env_id]['n_timesteps']:,}, by {why}")
     return '\n'.join([head] + rows + ([''] + notes if notes else []))
